@@ -1,0 +1,1 @@
+"""The `envreg` command line."""

@@ -1,0 +1,45 @@
+"""`envreg serve-env`: run one environment server (agent plane + control plane)."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+
+def serve_env(
+    env: Annotated[str, typer.Argument(help="Environment folder or name under ./images.")],
+    port: Annotated[int, typer.Option(help="Agent plane (MCP) port.")] = 8000,
+    control_port: Annotated[int, typer.Option(help="Control plane port.")] = 8001,
+    token: Annotated[
+        str | None, typer.Option(help="Control plane bearer token (default: $ENVREG_TOKEN).", show_default=False)
+    ] = None,
+    host: Annotated[str, typer.Option(help="Bind address. Anything but loopback must be asked for.")] = "127.0.0.1",
+    max_instances: Annotated[int, typer.Option(help="Most instances held at once.")] = 4096,
+    max_body: Annotated[int, typer.Option(help="Largest request body in bytes.")] = 4 * 1024 * 1024,
+    fast_path: Annotated[bool, typer.Option(help="Serve tools/list and tools/call on the lean path.")] = True,
+) -> None:
+    """Serve an environment over MCP streamable HTTP, with a token-protected control plane."""
+    from envreg.server.app import ServerConfig, serve
+
+    token = token or os.environ.get("ENVREG_TOKEN")
+    if not token:
+        typer.echo("error: the control plane needs a token: pass --token or set ENVREG_TOKEN", err=True)
+        raise typer.Exit(2)
+    serve(
+        ServerConfig(
+            env=env,
+            host=host,
+            port=port,
+            control_port=control_port,
+            token=token,
+            max_instances=max_instances,
+            max_body=max_body,
+            fast_path=fast_path,
+        )
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve-env")(serve_env)

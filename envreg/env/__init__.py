@@ -1,0 +1,25 @@
+"""Authoring SDK: define an environment's state model and tools."""
+
+from envreg.env.environment import Environment, Instance
+from envreg.env.loader import EnvironmentNotFound, load_environment
+from envreg.env.scenario import RejectedState, Scenario, Step, load_scenarios, states_equal
+from envreg.env.state import EnvState
+from envreg.env.tool import Tool, ToolAnnotations, ToolError, ToolResult, UnknownToolError
+
+__all__ = [
+    "EnvState",
+    "Environment",
+    "EnvironmentNotFound",
+    "Instance",
+    "RejectedState",
+    "Scenario",
+    "Step",
+    "Tool",
+    "ToolAnnotations",
+    "ToolError",
+    "ToolResult",
+    "UnknownToolError",
+    "load_environment",
+    "load_scenarios",
+    "states_equal",
+]

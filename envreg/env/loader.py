@@ -1,0 +1,62 @@
+"""Find and import an environment folder (``images/<name>/env.py`` plus ``seed.json``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from functools import cache
+from pathlib import Path
+
+from envreg.env.environment import Environment
+
+
+class EnvironmentNotFound(LookupError):
+    """No environment folder matches the reference."""
+
+
+def images_root() -> Path:
+    """Where environments are looked up by name: ``$ENVREG_IMAGES`` or ``./images``."""
+    return Path(os.environ.get("ENVREG_IMAGES", "images"))
+
+
+def resolve_folder(ref: str | os.PathLike[str]) -> Path:
+    """A folder path, or a name under the images root."""
+    path = Path(ref)
+    for candidate in (path, images_root() / str(ref)):
+        if (candidate / "env.py").is_file():
+            return candidate.resolve()
+    raise EnvironmentNotFound(
+        f"no environment {str(ref)!r}: expected a folder with an env.py, or a name under {images_root()}/"
+        f" (known: {', '.join(known_names()) or 'none'})"
+    )
+
+
+def known_names() -> list[str]:
+    root = images_root()
+    return sorted(p.parent.name for p in root.glob("*/env.py")) if root.is_dir() else []
+
+
+@cache
+def _load(folder: Path) -> Environment:
+    module_name = f"envreg_env_{folder.name}_{abs(hash(folder)):x}"
+    spec = importlib.util.spec_from_file_location(module_name, folder / "env.py")
+    if spec is None or spec.loader is None:
+        raise EnvironmentNotFound(f"cannot import {folder / 'env.py'}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    env = getattr(module, "env", None)
+    if not isinstance(env, Environment):
+        raise EnvironmentNotFound(f"{folder / 'env.py'} defines no `env = Environment(...)`")
+    seed = folder / "seed.json"
+    if seed.is_file():
+        env.seed = json.loads(seed.read_text())
+    env.folder = folder
+    return env
+
+
+def load_environment(ref: str | os.PathLike[str]) -> Environment:
+    """Import the environment at `ref` (a folder or a name); imported once per process."""
+    return _load(resolve_folder(ref))

@@ -1,0 +1,134 @@
+"""Validation scenarios: an initial state, tool calls with expected results, an expected final state."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envreg.canonical import canonical_json
+
+
+class Step(BaseModel):
+    """One tool call and what it must give."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    expect: Any = Field(default=None, description="The exact JSON result (omit to not check it).")
+    expect_error: str | None = Field(default=None, description="A substring of the expected error message.")
+
+
+class Scenario(BaseModel):
+    """A call sequence on an initial state, with the results and the final state it must reach."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    initial_state: dict[str, Any] | None = Field(default=None, description="Omit to start from the seed state.")
+    steps: list[Step]
+    final_state: dict[str, Any] | None = None
+
+
+class RejectedState(BaseModel):
+    """A state that the environment must refuse to load."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    state: dict[str, Any]
+    error: str = Field(description="A substring of the validation error it must give.")
+
+
+@dataclass(slots=True)
+class CallOutcome:
+    """What a tier returned for one call, in the form scenarios compare."""
+
+    is_error: bool
+    text: str
+
+    def value(self) -> Any:
+        return json.loads(self.text)
+
+
+@dataclass(slots=True)
+class ScenarioReport:
+    scenario: str
+    failures: list[str] = field(default_factory=list)
+    final_state: dict[str, Any] | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+Caller = Callable[[str, dict[str, Any]], Awaitable[CallOutcome]]
+
+
+async def run_steps(scenario: Scenario, call: Caller) -> list[str]:
+    """Drive `call` through the scenario's steps; return what did not match (empty when all did)."""
+    failures = []
+    for i, step in enumerate(scenario.steps, 1):
+        outcome = await call(step.tool, step.arguments)
+        where = f"step {i} ({step.tool})"
+        if step.expect_error is not None:
+            if not outcome.is_error:
+                failures.append(f"{where}: expected an error containing {step.expect_error!r}, got {outcome.text}")
+            elif step.expect_error not in outcome.text:
+                failures.append(f"{where}: error {outcome.text!r} does not contain {step.expect_error!r}")
+        elif outcome.is_error:
+            failures.append(f"{where}: unexpected error: {outcome.text}")
+        elif "expect" in step.model_fields_set and outcome.value() != step.expect:
+            failures.append(f"{where}: expected {canonical_json(step.expect)}, got {outcome.text}")
+    return failures
+
+
+def strip_volatile(state: Any, paths: Iterable[str]) -> Any:
+    """A copy of `state` without the dotted `paths` (``*`` matches every list item or key)."""
+    data = json.loads(canonical_json(state))
+    for path in paths:
+        _drop(data, path.split("."))
+    return data
+
+
+def _drop(node: Any, parts: list[str]) -> None:
+    head, rest = parts[0], parts[1:]
+    children: list[Any]
+    if head == "*":
+        children = list(node.values()) if isinstance(node, dict) else list(node) if isinstance(node, list) else []
+    elif isinstance(node, dict) and head in node:
+        if not rest:
+            del node[head]
+            return
+        children = [node[head]]
+    else:
+        return
+    if head == "*" and not rest:
+        if isinstance(node, dict):
+            node.clear()
+        elif isinstance(node, list):
+            node.clear()
+        return
+    for child in children:
+        _drop(child, rest)
+
+
+def states_equal(a: Any, b: Any, volatile: Iterable[str] = ()) -> bool:
+    """Canonical equality of two states, ignoring volatile paths."""
+    paths = list(volatile)
+    return canonical_json(strip_volatile(a, paths)) == canonical_json(strip_volatile(b, paths))
+
+
+def load_scenarios(folder: Path) -> tuple[list[Scenario], list[RejectedState]]:
+    """Read ``scenarios/*.json`` and ``scenarios/rejected/*.json`` under an environment folder."""
+    root = folder / "scenarios"
+    scenarios = [Scenario.model_validate_json(p.read_text()) for p in sorted(root.glob("*.json"))]
+    rejected = [RejectedState.model_validate_json(p.read_text()) for p in sorted((root / "rejected").glob("*.json"))]
+    return scenarios, rejected

@@ -1,0 +1,207 @@
+"""Tools: plain functions whose first parameter is the state, described from their type hints."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic.fields import FieldInfo
+
+
+class ToolError(Exception):
+    """An error the agent can fix (bad argument, missing entity). Reaches it as an `isError` result."""
+
+
+class UnknownToolError(LookupError):
+    """The named tool does not exist in this environment (a protocol error, not a tool result)."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"Unknown tool: {name!r}; this environment has: {', '.join(known)}")
+        self.name = name
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAnnotations:
+    """Behaviour hints, published as MCP tool annotations."""
+
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+    open_world: bool = False
+
+    def to_mcp(self) -> dict[str, bool]:
+        return {
+            "readOnlyHint": self.read_only,
+            "destructiveHint": self.destructive,
+            "idempotentHint": self.idempotent,
+            "openWorldHint": self.open_world,
+        }
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """The outcome of one tool call: a value, or an error message for the agent."""
+
+    value: Any = None
+    error: str | None = None
+    structured: dict[str, Any] | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.error is not None
+
+    @property
+    def text(self) -> str:
+        if self.error is not None:
+            return self.error
+        return json.dumps(self.value, ensure_ascii=False, separators=(",", ":"))
+
+    def to_mcp(self) -> dict[str, Any]:
+        """The MCP `CallToolResult` wire form."""
+        result: dict[str, Any] = {"content": [{"type": "text", "text": self.text}], "isError": self.is_error}
+        if self.structured is not None and not self.is_error:
+            result["structuredContent"] = self.structured
+        return result
+
+
+_ARGS_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$", re.MULTILINE)
+_SECTION = re.compile(r"^\s*(Returns|Raises|Yields|Examples?|Notes?):\s*$", re.MULTILINE)
+_PARAM_LINE = re.compile(r"^\s{2,}(\w+)(?:\s*\([^)]*\))?:\s*(.*)$")
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into its description and per-parameter descriptions."""
+    doc = inspect.cleandoc(doc or "")
+    match = _ARGS_SECTION.search(doc)
+    if not match:
+        end = _SECTION.search(doc)
+        return (doc[: end.start()] if end else doc).strip(), {}
+    description = doc[: match.start()].strip()
+    rest = doc[match.end() :]
+    end = _SECTION.search(rest)
+    params: dict[str, str] = {}
+    current = None
+    for line in (rest[: end.start()] if end else rest).splitlines():
+        if m := _PARAM_LINE.match(line):
+            current = m.group(1)
+            params[current] = m.group(2).strip()
+        elif current and line.strip():
+            params[current] = f"{params[current]} {line.strip()}".strip()
+    return description, params
+
+
+def _error_location(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "arguments"
+
+
+def format_validation_error(tool: str, exc: ValidationError) -> str:
+    """One readable line per problem, each naming the argument at fault."""
+    problems = []
+    for err in exc.errors(include_url=False):
+        where = _error_location(err["loc"])
+        if err["type"] == "extra_forbidden":
+            problems.append(f"{where}: unexpected argument")
+        elif err["type"] == "missing":
+            problems.append(f"{where}: missing required argument")
+        else:
+            problems.append(f"{where}: {err['msg']} (got {err.get('input')!r})")
+    return f"Invalid arguments for tool {tool!r}: " + "; ".join(problems)
+
+
+@dataclass(slots=True)
+class Tool:
+    """A tool bound to an environment: its function, its argument model and its schemas."""
+
+    name: str
+    fn: Callable[..., Any]
+    description: str
+    annotations: ToolAnnotations
+    arguments_model: type[BaseModel]
+    output_adapter: TypeAdapter[Any] | None
+    wraps_output: bool
+    input_schema: dict[str, Any] = field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], name: str | None, annotations: ToolAnnotations) -> Tool:
+        tool_name = name or fn.__name__
+        description, param_docs = parse_docstring(fn.__doc__)
+        if not description:
+            raise TypeError(f"tool {tool_name!r} needs a docstring: it is the description the agent reads")
+        hints = get_type_hints(fn, include_extras=True)
+        params = list(inspect.signature(fn).parameters.values())
+        if not params:
+            raise TypeError(f"tool {tool_name!r} must take the state as its first parameter")
+        fields: dict[str, Any] = {}
+        for param in params[1:]:
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"tool {tool_name!r}: *args and **kwargs cannot be described to an agent")
+            if param.name not in hints:
+                raise TypeError(f"tool {tool_name!r}: parameter {param.name!r} needs a type hint")
+            default = param.default if param.default is not param.empty else ...
+            info = default if isinstance(default, FieldInfo) else Field(default=default)
+            if info.description is None and param.name in param_docs:
+                info.description = param_docs[param.name]
+            fields[param.name] = (hints[param.name], info)
+        model = create_model(  # type: ignore[call-overload]
+            f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        input_schema = model.model_json_schema()
+        input_schema.pop("title", None)
+        output_adapter, output_schema, wraps = None, None, False
+        returns = hints.get("return", inspect.Signature.empty)
+        if returns not in (inspect.Signature.empty, None, type(None)):
+            output_adapter = TypeAdapter(returns)
+            schema = output_adapter.json_schema()
+            wraps = schema.get("type") != "object"
+            if wraps:
+                defs = schema.pop("$defs", None)
+                schema = {"type": "object", "properties": {"result": schema}, "required": ["result"]}
+                if defs:
+                    schema["$defs"] = defs
+            schema.pop("title", None)
+            output_schema = schema
+        return cls(
+            name=tool_name,
+            fn=fn,
+            description=description,
+            annotations=annotations,
+            arguments_model=model,
+            output_adapter=output_adapter,
+            wraps_output=wraps,
+            input_schema=input_schema,
+            output_schema=output_schema,
+        )
+
+    def parse_arguments(self, arguments: dict[str, Any] | None) -> dict[str, Any]:
+        """Validate raw JSON arguments; raises `ToolError` naming each bad argument."""
+        try:
+            parsed = self.arguments_model.model_validate(arguments or {})
+        except ValidationError as exc:
+            raise ToolError(format_validation_error(self.name, exc)) from None
+        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+
+    def to_result(self, value: Any) -> ToolResult:
+        """Turn a function's return value into a JSON result (structured when it has a schema)."""
+        if self.output_adapter is None:
+            return ToolResult(value=None if value is None else TypeAdapter(Any).dump_python(value, mode="json"))
+        data = self.output_adapter.dump_python(value, mode="json")
+        structured = {"result": data} if self.wraps_output else data
+        return ToolResult(value=data, structured=structured)
+
+    def describe(self) -> dict[str, Any]:
+        """The MCP `Tool` wire form."""
+        described: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "annotations": self.annotations.to_mcp(),
+        }
+        if self.output_schema is not None:
+            described["outputSchema"] = self.output_schema
+        return described

@@ -1,0 +1,153 @@
+"""The manifest: what an environment image is (metadata, tools, state schema), generated from its code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envreg.canonical import digest
+from envreg.env import Environment, load_scenarios
+
+MANIFEST_SCHEMA_VERSION = 1
+AGENT_PORT = 8000
+CONTROL_PORT = 8001
+
+
+class ToolSpec(BaseModel):
+    """One tool as an agent sees it."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: str
+    description: str
+    input_schema: dict[str, Any] = Field(alias="inputSchema")
+    output_schema: dict[str, Any] | None = Field(default=None, alias="outputSchema")
+    annotations: dict[str, bool]
+
+
+class RuntimeFacts(BaseModel):
+    """How the image runs: what a runtime needs to know without starting it."""
+
+    agent_port: int = AGENT_PORT
+    control_port: int = CONTROL_PORT
+    user: str = "65534:65534"
+    network: str = Field(default="none", description="Egress the environment needs: 'none' for every verified one.")
+    agent_path: str = "/i/{instance}/mcp"
+
+
+class Digests(BaseModel):
+    tools: str
+    state_schema: str
+    seed: str
+    manifest: str = ""
+
+
+class Manifest(BaseModel):
+    """The generated description of an environment; `digests.manifest` covers every other field."""
+
+    schema_version: int = MANIFEST_SCHEMA_VERSION
+    name: str
+    version: str
+    description: str
+    domain: str
+    tools: list[ToolSpec]
+    state_schema: dict[str, Any]
+    volatile: list[str]
+    scenarios: int
+    rejected_states: int
+    runtime: RuntimeFacts = Field(default_factory=RuntimeFacts)
+    digests: Digests
+
+    @property
+    def digest(self) -> str:
+        return self.digests.manifest
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}:{self.version}"
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def body_digest(self) -> str:
+        """sha256 of the canonical manifest with `digests.manifest` left out."""
+        data = self.to_json()
+        data["digests"].pop("manifest", None)
+        return digest(data)
+
+    def verify(self) -> None:
+        """Raise `ValueError` when the recorded manifest digest does not match the content."""
+        if self.body_digest() != self.digests.manifest:
+            raise ValueError(
+                f"manifest {self.ref}: recorded digest {self.digests.manifest} does not match its content "
+                f"({self.body_digest()}); regenerate it with `envreg manifest {self.name}`"
+            )
+
+    def dumps(self) -> str:
+        """The committed file form: indented, stable, newline-terminated."""
+        return json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def loads(cls, text: str | bytes) -> Manifest:
+        return cls.model_validate_json(text)
+
+
+def build_manifest(env: Environment) -> Manifest:
+    """Generate the manifest of an environment from its code, seed and scenarios."""
+    tools = [ToolSpec.model_validate(t) for t in env.list_tools()]
+    state_schema = env.state_model.model_json_schema()
+    scenarios, rejected = load_scenarios(env.folder) if env.folder else ([], [])
+    manifest = Manifest(
+        name=env.name,
+        version=env.version,
+        description=env.description,
+        domain=env.domain,
+        tools=tools,
+        state_schema=state_schema,
+        volatile=list(env.volatile),
+        scenarios=len(scenarios),
+        rejected_states=len(rejected),
+        digests=Digests(
+            tools=digest([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]),
+            state_schema=digest(state_schema),
+            seed=digest(env.initial_state().to_json()),
+        ),
+    )
+    manifest.digests.manifest = manifest.body_digest()
+    return manifest
+
+
+def manifest_path(name: str, out_dir: Path = Path("manifests")) -> Path:
+    return out_dir / f"{name}.json"
+
+
+def check_manifest(env: Environment, out_dir: Path = Path("manifests")) -> str | None:
+    """None when the committed manifest is current, else why it is not."""
+    path = manifest_path(env.name, out_dir)
+    if not path.is_file():
+        return f"{path} is missing"
+    try:
+        committed = Manifest.loads(path.read_text())
+    except ValueError as exc:
+        return f"{path} is not a valid manifest: {exc}"
+    fresh = build_manifest(env)
+    if committed.digests.manifest != fresh.digests.manifest or committed.dumps() != fresh.dumps():
+        changed = [k for k in ("tools", "state_schema", "seed") if getattr(committed.digests, k) != getattr(fresh.digests, k)]
+        what = ", ".join(changed) if changed else "metadata"
+        return f"{path} is stale ({what} changed): {committed.digests.manifest} -> {fresh.digests.manifest}"
+    return None
+
+
+def write_manifest(env: Environment, out_dir: Path = Path("manifests")) -> tuple[Path, Manifest, bool]:
+    """Write the manifest file; returns (path, manifest, whether the file changed)."""
+    manifest = build_manifest(env)
+    path = manifest_path(env.name, out_dir)
+    text = manifest.dumps()
+    changed = not path.is_file() or path.read_text() != text
+    if changed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path, manifest, changed
