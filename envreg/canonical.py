@@ -19,7 +19,9 @@ def canonical_json(value: Any) -> str:
     Integral floats are written as integers (``1.0`` -> ``1``) so that a value read back from
     JSON by any language hashes the same.
     """
-    return json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json.dumps(
+        _normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def _normalize(value: Any) -> Any:

@@ -34,7 +34,9 @@ class RuntimeFacts(BaseModel):
     agent_port: int = AGENT_PORT
     control_port: int = CONTROL_PORT
     user: str = "65534:65534"
-    network: str = Field(default="none", description="Egress the environment needs: 'none' for every verified one.")
+    network: str = Field(
+        default="none", description="Egress the environment needs: 'none' for every verified one."
+    )
     agent_path: str = "/i/{instance}/mcp"
 
 
@@ -135,7 +137,11 @@ def check_manifest(env: Environment, out_dir: Path = Path("manifests")) -> str |
         return f"{path} is not a valid manifest: {exc}"
     fresh = build_manifest(env)
     if committed.digests.manifest != fresh.digests.manifest or committed.dumps() != fresh.dumps():
-        changed = [k for k in ("tools", "state_schema", "seed") if getattr(committed.digests, k) != getattr(fresh.digests, k)]
+        changed = [
+            k
+            for k in ("tools", "state_schema", "seed")
+            if getattr(committed.digests, k) != getattr(fresh.digests, k)
+        ]
         what = ", ".join(changed) if changed else "metadata"
         return f"{path} is stale ({what} changed): {committed.digests.manifest} -> {fresh.digests.manifest}"
     return None

@@ -15,7 +15,9 @@ def cases(kind: str) -> list:
     for name in REFERENCE_ENVS:
         env = load_environment(name)
         scenarios, rejected = load_scenarios(env.folder)
-        out += [pytest.param(env, s, id=f"{name}-{s.name}") for s in (scenarios if kind == "ok" else rejected)]
+        out += [
+            pytest.param(env, s, id=f"{name}-{s.name}") for s in (scenarios if kind == "ok" else rejected)
+        ]
     return out
 
 
@@ -41,7 +43,9 @@ async def test_scenario_passes_locally(env, scenario) -> None:
 
     assert await run_steps(scenario, call) == []
     if scenario.final_state is not None:
-        assert states_equal(instance.state.to_json(), scenario.final_state, env.volatile), instance.state.canonical()
+        assert states_equal(instance.state.to_json(), scenario.final_state, env.volatile), (
+            instance.state.canonical()
+        )
 
 
 @pytest.mark.parametrize(("env", "rejected"), cases("rejected"))

@@ -13,8 +13,12 @@ out = Console()
 
 
 def manifest(
-    envs: Annotated[list[str] | None, typer.Argument(help="Environment folders or names (default: all in ./images).")] = None,
-    check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 when a manifest is stale.")] = False,
+    envs: Annotated[
+        list[str] | None, typer.Argument(help="Environment folders or names (default: all in ./images).")
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing; exit 1 when a manifest is stale.")
+    ] = False,
     out_dir: Annotated[Path, typer.Option("--out", help="Manifests folder.")] = Path("manifests"),
 ) -> None:
     """Generate manifests/<name>.json from each environment's code."""

@@ -13,9 +13,12 @@ def serve_env(
     port: Annotated[int, typer.Option(help="Agent plane (MCP) port.")] = 8000,
     control_port: Annotated[int, typer.Option(help="Control plane port.")] = 8001,
     token: Annotated[
-        str | None, typer.Option(help="Control plane bearer token (default: $ENVREG_TOKEN).", show_default=False)
+        str | None,
+        typer.Option(help="Control plane bearer token (default: $ENVREG_TOKEN).", show_default=False),
     ] = None,
-    host: Annotated[str, typer.Option(help="Bind address. Anything but loopback must be asked for.")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="Bind address. Anything but loopback must be asked for.")
+    ] = "127.0.0.1",
     max_instances: Annotated[int, typer.Option(help="Most instances held at once.")] = 4096,
     max_body: Annotated[int, typer.Option(help="Largest request body in bytes.")] = 4 * 1024 * 1024,
     fast_path: Annotated[bool, typer.Option(help="Serve tools/list and tools/call on the lean path.")] = True,

@@ -38,6 +38,7 @@ class Environment(Generic[S]):
         domain: str = "general",
         description: str = "",
         volatile: Iterable[str] = (),
+        check_state: bool = True,
     ) -> None:
         if not issubclass(state_model, EnvState):
             raise TypeError(f"{state_model.__name__} must subclass envreg.env.EnvState")
@@ -47,6 +48,7 @@ class Environment(Generic[S]):
         self.domain = domain
         self.description = description
         self.volatile = tuple(volatile)
+        self.check_state = check_state
         self.tools: dict[str, Tool] = {}
         self.seed: dict[str, Any] | None = None
         self.folder: Path | None = None
@@ -132,7 +134,9 @@ class Instance(Generic[S]):
 
     def load_state(self, state: S | dict[str, Any] | str | bytes) -> None:
         """Replace the state; on a validation error the old state is kept."""
-        self.state = self._coerce(state) if not isinstance(state, str | bytes) else self.env.parse_state(state)
+        self.state = (
+            self._coerce(state) if not isinstance(state, str | bytes) else self.env.parse_state(state)
+        )
 
     def reset(self) -> None:
         self.state = self.env.initial_state()
@@ -141,7 +145,9 @@ class Instance(Generic[S]):
         """Run one tool. Anything it raises leaves the state exactly as it was.
 
         Raises `UnknownToolError` for a name the environment does not have; every other
-        failure (bad arguments, `ToolError`, a bug in the tool) is an error result.
+        failure (bad arguments, `ToolError`, a bug in the tool, a state the model's own
+        validators refuse after the call) is an error result. Read-only tools run on the
+        live state without a copy: they are trusted not to write.
         """
         tool = self.env.get_tool(name)
         self.calls += 1
@@ -149,10 +155,13 @@ class Instance(Generic[S]):
             kwargs = tool.parse_arguments(arguments)
         except ToolError as exc:
             return ToolResult(error=str(exc))
-        working = self.state if tool.annotations.read_only else self.state.model_copy(deep=True)
+        read_only = tool.annotations.read_only
+        working = self.state if read_only else self.state.model_copy(deep=True)
         try:
             value = tool.fn(working, **kwargs)
             result = tool.to_result(value)
+            if not read_only and self.env.check_state:
+                working = self.env.state_model.model_validate(working.model_dump())
         except ToolError as exc:
             return ToolResult(error=str(exc) or f"{name} failed")
         except Exception as exc:  # a bug in the tool: roll back and say so, never take the server down

@@ -31,7 +31,9 @@ class Scenario(BaseModel):
 
     name: str
     description: str = ""
-    initial_state: dict[str, Any] | None = Field(default=None, description="Omit to start from the seed state.")
+    initial_state: dict[str, Any] | None = Field(
+        default=None, description="Omit to start from the seed state."
+    )
     steps: list[Step]
     final_state: dict[str, Any] | None = None
 
@@ -80,7 +82,9 @@ async def run_steps(scenario: Scenario, call: Caller) -> list[str]:
         where = f"step {i} ({step.tool})"
         if step.expect_error is not None:
             if not outcome.is_error:
-                failures.append(f"{where}: expected an error containing {step.expect_error!r}, got {outcome.text}")
+                failures.append(
+                    f"{where}: expected an error containing {step.expect_error!r}, got {outcome.text}"
+                )
             elif step.expect_error not in outcome.text:
                 failures.append(f"{where}: error {outcome.text!r} does not contain {step.expect_error!r}")
         elif outcome.is_error:
@@ -102,7 +106,9 @@ def _drop(node: Any, parts: list[str]) -> None:
     head, rest = parts[0], parts[1:]
     children: list[Any]
     if head == "*":
-        children = list(node.values()) if isinstance(node, dict) else list(node) if isinstance(node, list) else []
+        children = (
+            list(node.values()) if isinstance(node, dict) else list(node) if isinstance(node, list) else []
+        )
     elif isinstance(node, dict) and head in node:
         if not rest:
             del node[head]
@@ -111,9 +117,7 @@ def _drop(node: Any, parts: list[str]) -> None:
     else:
         return
     if head == "*" and not rest:
-        if isinstance(node, dict):
-            node.clear()
-        elif isinstance(node, list):
+        if isinstance(node, (dict, list)):
             node.clear()
         return
     for child in children:
@@ -130,5 +134,7 @@ def load_scenarios(folder: Path) -> tuple[list[Scenario], list[RejectedState]]:
     """Read ``scenarios/*.json`` and ``scenarios/rejected/*.json`` under an environment folder."""
     root = folder / "scenarios"
     scenarios = [Scenario.model_validate_json(p.read_text()) for p in sorted(root.glob("*.json"))]
-    rejected = [RejectedState.model_validate_json(p.read_text()) for p in sorted((root / "rejected").glob("*.json"))]
+    rejected = [
+        RejectedState.model_validate_json(p.read_text()) for p in sorted((root / "rejected").glob("*.json"))
+    ]
     return scenarios, rejected

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, NaiveDatetime
 
 from envreg.canonical import canonical_json, sha256_hex
 
@@ -21,8 +21,12 @@ class EnvState(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    now: datetime = Field(default=DEFAULT_EPOCH, description="The environment's clock (naive, environment-local).")
-    id_counters: dict[str, int] = Field(default_factory=dict, description="Next-id counters, one per id prefix.")
+    now: NaiveDatetime = Field(
+        default=DEFAULT_EPOCH, description="The environment's clock (naive, environment-local)."
+    )
+    id_counters: dict[str, int] = Field(
+        default_factory=dict, description="Next-id counters, one per id prefix."
+    )
 
     def new_id(self, prefix: str) -> str:
         """Return the next id for `prefix`, e.g. ``evt_0003``; deterministic for a given state."""

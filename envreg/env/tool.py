@@ -144,9 +144,15 @@ class Tool:
             if param.name not in hints:
                 raise TypeError(f"tool {tool_name!r}: parameter {param.name!r} needs a type hint")
             default = param.default if param.default is not param.empty else ...
-            info = default if isinstance(default, FieldInfo) else Field(default=default)
-            if info.description is None and param.name in param_docs:
-                info.description = param_docs[param.name]
+            described = param_docs.get(param.name)
+            if isinstance(default, FieldInfo):
+                info = FieldInfo.merge_field_infos(default, description=default.description or described)
+            else:
+                info = Field(default=default, description=described)
+            if not info.description:
+                raise TypeError(
+                    f"tool {tool_name!r}: describe parameter {param.name!r} in the docstring's Args: section"
+                )
             fields[param.name] = (hints[param.name], info)
         model = create_model(  # type: ignore[call-overload]
             f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
@@ -189,7 +195,9 @@ class Tool:
     def to_result(self, value: Any) -> ToolResult:
         """Turn a function's return value into a JSON result (structured when it has a schema)."""
         if self.output_adapter is None:
-            return ToolResult(value=None if value is None else TypeAdapter(Any).dump_python(value, mode="json"))
+            return ToolResult(
+                value=None if value is None else TypeAdapter(Any).dump_python(value, mode="json")
+            )
         data = self.output_adapter.dump_python(value, mode="json")
         structured = {"result": data} if self.wraps_output else data
         return ToolResult(value=data, structured=structured)

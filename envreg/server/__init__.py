@@ -1,0 +1,1 @@
+"""The environment server: MCP agent plane and token-protected control plane in one process."""

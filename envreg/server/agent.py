@@ -1,0 +1,72 @@
+"""The agent plane: MCP streamable HTTP at ``/mcp`` (default instance) and ``/i/<id>/mcp``."""
+
+from __future__ import annotations
+
+import anyio
+from starlette.types import Receive, Scope, Send
+
+from envreg.server.http import BodyTooLarge, read_body, replay, send_bytes, send_json
+from envreg.server.instances import InstanceStore, instance_id_from_path
+from envreg.server.lean import HostCheck, LeanPath
+from envreg.server.sdk import LazySDK
+
+
+class AgentPlane:
+    """Routes each request to its instance; the lean path first, the `mcp` SDK for everything else.
+
+    Only the environment's tools are reachable here: no control route exists on this app.
+    """
+
+    def __init__(
+        self, store: InstanceStore, *, max_body: int, loopback: bool, fast_path: bool = True
+    ) -> None:
+        self.store = store
+        self.max_body = max_body
+        self.sdk = LazySDK(store, max_body, loopback)
+        self.lean = LeanPath(store, HostCheck() if loopback else None) if fast_path else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        instance_id = instance_id_from_path(scope["path"])
+        if instance_id is None:
+            await send_json(send, 404, {"error": "not found: MCP endpoints are /mcp and /i/<instance>/mcp"})
+            return
+        if instance_id not in self.store:
+            await send_json(
+                send,
+                404,
+                {
+                    "jsonrpc": "2.0",
+                    "id": None,
+                    "error": {
+                        "code": -32600,
+                        "message": f"no instance {instance_id!r}: deleted or never created",
+                    },
+                },
+            )
+            return
+        if self.lean is not None and scope["method"] == "POST":
+            try:
+                body = await read_body(scope, receive, self.max_body)
+            except BodyTooLarge:
+                await send_bytes(send, 413, b"Request body too large", b"text/plain; charset=utf-8")
+                return
+            answer = self.lean.answer(scope["headers"], body, instance_id)
+            if answer is not None:
+                await send_bytes(send, 200, answer)
+                return
+            receive = replay(body, receive)
+        await self.sdk(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        await receive()  # lifespan.startup
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.sdk.run)
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.shutdown
+            tg.cancel_scope.cancel()
+        await send({"type": "lifespan.shutdown.complete"})

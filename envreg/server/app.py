@@ -1,0 +1,103 @@
+"""Assemble and run the environment server: two uvicorn servers (agent, control) in one event loop."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from envreg.env import Environment, load_environment
+from envreg.server.agent import AgentPlane
+from envreg.server.control import control_app
+from envreg.server.instances import InstanceStore
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+logger = logging.getLogger("envreg.server")
+
+
+@dataclass
+class ServerConfig:
+    env: str
+    token: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    control_port: int = 8001
+    max_instances: int = 4096
+    max_body: int = 4 * 1024 * 1024
+    fast_path: bool = True
+
+
+def load_manifest(env: Environment) -> dict[str, Any]:
+    """The image's manifest file when there is one, else one generated from the code."""
+    if env.folder is not None and (env.folder / "manifest.json").is_file():
+        return json.loads((env.folder / "manifest.json").read_text())
+    from envreg.manifest import build_manifest
+
+    return build_manifest(env).to_json()
+
+
+@dataclass
+class EnvServer:
+    """The two ASGI apps sharing one instance store."""
+
+    store: InstanceStore
+    agent: AgentPlane
+    control: Any
+
+    @classmethod
+    def build(cls, config: ServerConfig, env: Environment | None = None) -> EnvServer:
+        env = env or load_environment(config.env)
+        store = InstanceStore(env, config.max_instances)
+        loopback = config.host in LOOPBACK
+        agent = AgentPlane(store, max_body=config.max_body, loopback=loopback, fast_path=config.fast_path)
+        control = control_app(store, config.token, config.max_body, load_manifest(env))
+        return cls(store, agent, control)
+
+
+async def serve_async(
+    config: ServerConfig, ready: anyio.Event | None = None, env: Environment | None = None
+) -> None:
+    import uvicorn
+
+    server = EnvServer.build(config, env)
+    common: dict[str, Any] = {"host": config.host, "log_level": "warning", "access_log": False}
+    agent = uvicorn.Server(uvicorn.Config(server.agent, port=config.port, lifespan="on", **common))
+    control = uvicorn.Server(
+        uvicorn.Config(server.control, port=config.control_port, lifespan="off", **common)
+    )
+    servers = (agent, control)
+
+    async def run(s: uvicorn.Server) -> None:
+        try:
+            await s.serve()
+        finally:
+            for other in servers:
+                other.should_exit = True
+
+    async with anyio.create_task_group() as tg:
+        for s in servers:
+            tg.start_soon(run, s)
+        if ready is not None:
+            while not all(s.started for s in servers):
+                await anyio.sleep(0.01)
+            ready.set()
+
+
+def serve(config: ServerConfig) -> None:
+    """Run until SIGINT / SIGTERM."""
+    try:
+        import uvloop
+
+        backend_options = {"use_uvloop": True}
+        del uvloop
+    except ImportError:
+        backend_options = {}
+    if config.host not in LOOPBACK:
+        logger.warning("serving on %s: reachable beyond this machine's loopback", config.host)
+    anyio.run(serve_async, config, backend="asyncio", backend_options=backend_options)
+
+
+__all__ = ["EnvServer", "ServerConfig", "serve", "serve_async"]

@@ -1,0 +1,140 @@
+"""The lean path: `tools/call`, `tools/list` and `server/discover` at protocol 2026-07-28, JSON responses.
+
+A request is answered here only when it is a plain, well-formed 2026-07-28 request that the SDK
+would answer with a result; anything else (another era, a header mismatch, an unknown tool, a
+cursor, `Mcp-Param-*` headers, a wildcard accept...) returns None and goes to the `mcp` SDK,
+which owns every error. Differential tests check that both paths give the same answers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from envreg.server.instances import InstanceStore
+
+MODERN_VERSION = "2026-07-28"
+PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+
+_ROUTING_HEADERS = (b"mcp-protocol-version", b"mcp-method", b"mcp-name")
+_CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
+_META_ONLY = frozenset({"_meta"})
+
+
+class HostCheck:
+    """DNS-rebinding protection for a loopback bind, the rule the SDK applies (`host:*`, `origin:*`)."""
+
+    def __init__(self, hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "[::1]")) -> None:
+        self.hosts = tuple(f"{h}:".encode() for h in hosts)
+        self.origins = tuple(f"http://{h}:".encode() for h in hosts)
+
+    def allows(self, host: bytes | None, origin: bytes | None) -> bool:
+        if not host or not host.startswith(self.hosts):
+            return False
+        return origin is None or origin.startswith(self.origins)
+
+
+class LeanPath:
+    """Answers the hot MCP methods without the SDK's per-request machinery."""
+
+    def __init__(self, store: InstanceStore, host_check: HostCheck | None) -> None:
+        env = store.env
+        self.store = store
+        self.tools = env.tools
+        self.host_check = host_check
+        self.server_info = {SERVER_INFO_KEY: {"name": env.name, "version": env.version}}
+        self._list_result = json.dumps(
+            {
+                "cacheScope": "private",
+                "resultType": "complete",
+                "tools": env.list_tools(),
+                "ttlMs": 0,
+                "_meta": self.server_info,
+            },
+            separators=(",", ":"),
+        ).encode()
+        self._discover_result = json.dumps(
+            {
+                "cacheScope": "private",
+                "capabilities": {"tools": {"listChanged": False}},
+                "resultType": "complete",
+                "supportedVersions": [MODERN_VERSION],
+                "ttlMs": 0,
+                "_meta": self.server_info,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    def answer(self, headers: list[tuple[bytes, bytes]], body: bytes, instance_id: str) -> bytes | None:
+        """The JSON response body, or None to hand the request to the SDK."""
+        h: dict[bytes, bytes] = {}
+        for key, value in headers:
+            if key in h:
+                if key in _ROUTING_HEADERS:
+                    return None
+                continue
+            if key.startswith(b"mcp-param-"):
+                return None
+            h[key] = value
+        if h.get(b"mcp-protocol-version") != b"2026-07-28":
+            return None
+        if not h.get(b"content-type", b"").lower().startswith(b"application/json"):
+            return None
+        if b"application/json" not in h.get(b"accept", b"").lower():
+            return None
+        if self.host_check is not None and not self.host_check.allows(h.get(b"host"), h.get(b"origin")):
+            return None
+        try:
+            msg = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        if type(msg) is not dict or msg.get("jsonrpc") != "2.0" or len(msg) != 4:
+            return None
+        rid, method, params = msg.get("id"), msg.get("method"), msg.get("params")
+        if type(rid) not in (int, str) or type(method) is not str or type(params) is not dict:
+            return None
+        meta = params.get("_meta")
+        if type(meta) is not dict or meta.get(PROTOCOL_VERSION_KEY) != MODERN_VERSION:
+            return None
+        if (
+            type(meta.get(CLIENT_CAPABILITIES_KEY)) is not dict
+            or type(meta.get(CLIENT_INFO_KEY, {})) is not dict
+        ):
+            return None
+        if h.get(b"mcp-method") != method.encode():
+            return None
+        if method == "tools/call":
+            result = self._call(h, params, instance_id)
+            return (
+                None if result is None else _envelope(rid, json.dumps(result, separators=(",", ":")).encode())
+            )
+        if params.keys() != _META_ONLY:
+            return None
+        if method == "tools/list":
+            return _envelope(rid, self._list_result)
+        if method == "server/discover":
+            return _envelope(rid, self._discover_result)
+        return None
+
+    def _call(self, h: dict[bytes, bytes], params: dict[str, Any], instance_id: str) -> dict[str, Any] | None:
+        name, arguments = params.get("name"), params.get("arguments")
+        if type(name) is not str or name not in self.tools or not params.keys() <= _CALL_PARAMS:
+            return None
+        if arguments is not None and type(arguments) is not dict:
+            return None
+        if h.get(b"mcp-name") != name.encode():
+            return None
+        instance = self.store.get(instance_id)
+        if instance is None:
+            return None
+        result = instance.call_tool(name, arguments).to_mcp()
+        result["resultType"] = "complete"
+        result["_meta"] = self.server_info
+        return result
+
+
+def _envelope(rid: int | str, result: bytes) -> bytes:
+    return b'{"jsonrpc":"2.0","id":' + json.dumps(rid).encode() + b',"result":' + result + b"}"

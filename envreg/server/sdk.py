@@ -1,0 +1,103 @@
+"""The `mcp` SDK side of the agent plane, imported in the background so that a server starts fast."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from envreg.env import UnknownToolError
+from envreg.server.instances import InstanceStore, instance_id_from_path
+
+if TYPE_CHECKING:
+    from starlette.types import Receive, Scope, Send
+
+logger = logging.getLogger("envreg.server")
+
+
+def build_sdk_app(store: InstanceStore, max_body: int, loopback: bool) -> tuple[Any, Any]:
+    """A low-level `mcp` Server exposing only the environment's tools, and its session manager."""
+    import mcp_types as types
+    from mcp.server.lowlevel.server import Server
+    from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
+    from mcp.shared.exceptions import MCPError
+
+    env = store.env
+    tools = [types.Tool.model_validate(t) for t in env.list_tools()]
+    input_schemas = {t["name"]: t["inputSchema"] for t in env.list_tools()}
+
+    def instance_for(ctx: Any) -> Any:
+        path = ctx.request.url.path if ctx.request is not None else "/mcp"
+        instance = store.get(instance_id_from_path(path) or "")
+        if instance is None:
+            raise MCPError(types.INVALID_REQUEST, f"no instance at {path}: it was deleted or never created")
+        return instance
+
+    async def list_tools(ctx: Any, params: Any) -> Any:
+        instance_for(ctx)
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: Any) -> Any:
+        instance = instance_for(ctx)
+        try:
+            result = instance.call_tool(params.name, params.arguments)
+        except UnknownToolError as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        return types.CallToolResult.model_validate(result.to_mcp())
+
+    server = Server(
+        env.name,
+        version=env.version,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        get_tool_input_schema=input_schemas.get,
+    )
+    server.middleware = []  # no tracing exporter is ever installed here; skip the per-request span
+    security = None
+    if loopback:
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    manager = StreamableHTTPSessionManager(
+        app=server, json_response=True, security_settings=security, max_request_body_size=max_body
+    )
+    return StreamableHTTPASGIApp(manager), manager
+
+
+class LazySDK:
+    """Imports and starts the SDK in the background; requests that need it wait until it is up."""
+
+    def __init__(self, store: InstanceStore, max_body: int, loopback: bool) -> None:
+        self._args = (store, max_body, loopback)
+        self._ready = anyio.Event()
+        self._asgi: Any = None
+        self._error: BaseException | None = None
+
+    async def run(self) -> None:
+        """Serve until cancelled (run inside the server's lifespan task group)."""
+        try:
+            await anyio.to_thread.run_sync(_import_sdk)
+            self._asgi, manager = build_sdk_app(*self._args)
+        except Exception as exc:
+            logger.exception("the mcp SDK could not be started")
+            self._error = exc
+            self._ready.set()
+            return
+        async with manager.run():
+            self._ready.set()
+            await anyio.sleep_forever()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._ready.wait()
+        if self._error is not None:
+            raise RuntimeError("the mcp SDK failed to start") from self._error
+        await self._asgi(scope, receive, send)
+
+
+def _import_sdk() -> None:
+    import mcp.server.lowlevel.server
+    import mcp.server.streamable_http_manager  # noqa: F401

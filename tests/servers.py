@@ -1,0 +1,117 @@
+"""Start real environment servers (`envreg serve-env` subprocesses on loopback) for tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+
+MODERN = "2026-07-28"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class EnvServerProcess:
+    env: str
+    token: str = "test-token"
+    fast_path: bool = True
+    extra: list[str] = field(default_factory=list)
+    port: int = 0
+    control_port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def control_url(self) -> str:
+        return f"http://127.0.0.1:{self.control_port}"
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token}"}
+
+    def start(self) -> EnvServerProcess:
+        self.port, self.control_port = free_port(), free_port()
+        cmd = [
+            sys.executable,
+            "-m",
+            "envreg.cli.main",
+            "serve-env",
+            self.env,
+            "--port",
+            str(self.port),
+            "--control-port",
+            str(self.control_port),
+            "--token",
+            self.token,
+            *self.extra,
+        ]
+        if not self.fast_path:
+            cmd.append("--no-fast-path")
+        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"envreg serve-env exited with {self.proc.returncode}")
+            try:
+                if httpx2.get(f"{self.control_url}/healthz", headers=self.auth, timeout=1).status_code == 200:
+                    return self
+            except httpx2.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("envreg serve-env did not come up within 30 s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def new_instance(self, state: dict[str, Any] | None = None) -> str:
+        body = {"state": state} if state is not None else {}
+        r = httpx2.post(f"{self.control_url}/instances", json=body, headers=self.auth)
+        assert r.status_code == 201, r.text
+        return r.json()["id"]
+
+    def state(self, instance_id: str) -> dict[str, Any]:
+        r = httpx2.get(f"{self.control_url}/instances/{instance_id}/state", headers=self.auth)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def mcp_url(self, instance_id: str) -> str:
+        return f"{self.url}/i/{instance_id}/mcp"
+
+
+def modern_request(
+    method: str, params: dict[str, Any] | None = None, rid: int | str = 1
+) -> tuple[dict, dict]:
+    """A raw 2026-07-28 JSON-RPC request body and its headers."""
+    params = dict(params or {})
+    params["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": MODERN,
+        "mcp-method": method,
+    }
+    if method == "tools/call":
+        headers["mcp-name"] = params["name"]
+    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}, headers
