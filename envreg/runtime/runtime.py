@@ -36,6 +36,7 @@ class Runtime:
     def __init__(self, snapshots: SnapshotStore | None = None) -> None:
         self.snapshots = snapshots or SnapshotStore()
         self.sandboxes: dict[str, Sandbox] = {}
+        self._environments: dict[str, Environment] = {}
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -57,6 +58,7 @@ class Runtime:
                 f"isolation={isolation!r} needs the Docker backend, which is not built yet"
             )
         digest = environment_digest(environment)
+        self._environments[digest] = environment
         initial = None
         if isinstance(state, Snapshot):
             state.check_compatible(environment.name, digest)
@@ -72,7 +74,7 @@ class Runtime:
     ) -> list[Sandbox]:
         """`n` new sandboxes that all start from `snapshot`."""
         snap = self.snapshots.get(snapshot) if isinstance(snapshot, str) else snapshot
-        environment = load_environment(snap.env)
+        environment = self._environments.get(snap.env_digest) or load_environment(snap.env)
         return [await self.sandbox(environment, isolation=isolation, state=snap) for _ in range(n)]
 
     def _forget(self, sandbox: Sandbox) -> None:

@@ -1,0 +1,176 @@
+"""The authoring SDK: schemas from code, transactional tools, deterministic state."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated
+
+import pytest
+from conftest import COUNTER
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from envreg.canonical import canonical_json, digest
+from envreg.env import Environment, EnvState, ToolError, UnknownToolError, load_environment
+from envreg.env.scenario import states_equal, strip_volatile
+
+
+class Item(BaseModel):
+    id: str
+    name: str
+    qty: int
+
+
+class ShopState(EnvState):
+    items: dict[str, Item] = {}
+
+    @model_validator(mode="after")
+    def quantities_are_not_negative(self) -> ShopState:
+        for item in self.items.values():
+            if item.qty < 0:
+                raise ValueError(f"item {item.id} has a negative quantity")
+        return self
+
+
+def make_env() -> Environment:
+    env = Environment("shop", ShopState, version="0.1.0", domain="retail", description="A tiny shop.")
+
+    @env.tool
+    def add_item(state: ShopState, name: str, qty: Annotated[int, Field(ge=0)] = 1) -> Item:
+        """Add an item to the shop.
+
+        Args:
+            name: What the item is called.
+            qty: How many are in stock.
+        """
+        item = Item(id=state.new_id("itm"), name=name, qty=qty)
+        state.items[item.id] = item
+        return item
+
+    @env.tool(destructive=True)
+    def take(state: ShopState, item_id: str, qty: int) -> Item:
+        """Take items out of stock.
+
+        Args:
+            item_id: The id that add_item returned.
+            qty: How many to take.
+        """
+        if item_id not in state.items:
+            raise ToolError(f"no item {item_id!r}; list items first")
+        state.items[item_id].qty -= qty
+        state.now = datetime(2030, 1, 1)
+        return state.items[item_id]
+
+    @env.tool(read_only=True)
+    def count(state: ShopState) -> int:
+        """How many distinct items there are."""
+        return len(state.items)
+
+    return env
+
+
+def test_schemas_come_from_hints_and_docstrings() -> None:
+    env = make_env()
+    add = {t["name"]: t for t in env.list_tools()}["add_item"]
+    assert add["description"] == "Add an item to the shop."
+    props = add["inputSchema"]["properties"]
+    assert props["name"]["description"] == "What the item is called."
+    assert props["qty"]["minimum"] == 0 and props["qty"]["default"] == 1
+    assert add["inputSchema"]["required"] == ["name"]
+    assert add["inputSchema"]["additionalProperties"] is False
+    assert add["outputSchema"]["properties"]["qty"]["type"] == "integer"
+    count = {t["name"]: t for t in env.list_tools()}["count"]
+    assert count["outputSchema"]["properties"]["result"]["type"] == "integer"
+    assert count["annotations"] == {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True,
+                                    "openWorldHint": False}
+    take = {t["name"]: t for t in env.list_tools()}["take"]
+    assert take["annotations"]["destructiveHint"] is True and take["annotations"]["readOnlyHint"] is False
+
+
+def test_a_tool_without_docstring_or_parameter_description_is_refused() -> None:
+    env = make_env()
+    with pytest.raises(TypeError, match="docstring"):
+
+        @env.tool
+        def nodoc(state: ShopState) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="describe parameter 'x'"):
+
+        @env.tool
+        def undocumented(state: ShopState, x: int) -> None:
+            """Does something."""
+
+
+def test_a_failing_tool_leaves_the_state_byte_identical() -> None:
+    env = make_env()
+    instance = env.instance()
+    item = instance.call_tool("add_item", {"name": "pen", "qty": 2}).value
+    before = instance.state.canonical()
+    missing = instance.call_tool("take", {"item_id": "itm_9999", "qty": 1})
+    assert missing.is_error and "itm_9999" in missing.text
+    # passes the tool, then fails the state model's own validator: rolled back too, clock included
+    negative = instance.call_tool("take", {"item_id": item["id"], "qty": 5})
+    assert negative.is_error and "negative quantity" in negative.text
+    assert instance.state.canonical() == before
+
+
+def test_bad_arguments_are_error_results_that_name_the_argument() -> None:
+    instance = make_env().instance()
+    before = instance.state.sha256()
+    result = instance.call_tool("add_item", {"name": "pen", "qty": -1, "colour": "red"})
+    assert result.is_error
+    assert "qty" in result.text and "colour: unexpected argument" in result.text
+    missing = instance.call_tool("add_item", {})
+    assert "name: missing required argument" in missing.text
+    assert instance.state.sha256() == before
+
+
+def test_unknown_tool_raises() -> None:
+    with pytest.raises(UnknownToolError, match="no_such"):
+        make_env().instance().call_tool("no_such", {})
+
+
+def test_ids_and_results_are_deterministic() -> None:
+    env = make_env()
+    runs = []
+    for _ in range(2):
+        instance = env.instance()
+        for name in ("a", "b", "c"):
+            instance.call_tool("add_item", {"name": name})
+        runs.append(instance.state.sha256())
+    assert runs[0] == runs[1]
+    assert list(instance.state.items) == ["itm_0001", "itm_0002", "itm_0003"]
+
+
+def test_mcp_result_shape() -> None:
+    instance = make_env().instance()
+    ok = instance.call_tool("count", {}).to_mcp()
+    assert ok == {"content": [{"type": "text", "text": "0"}], "isError": False, "structuredContent": {"result": 0}}
+    err = instance.call_tool("take", {"item_id": "x", "qty": 1}).to_mcp()
+    assert err["isError"] is True and "structuredContent" not in err
+
+
+def test_canonical_json_is_stable() -> None:
+    assert canonical_json({"b": 1, "a": [1.0, 2.5, "é"]}) == '{"a":[1,2.5,"é"],"b":1}'
+    assert digest({"a": 1, "b": 2}) == digest({"b": 2, "a": 1})
+    with pytest.raises(ValueError):
+        canonical_json({"x": float("nan")})
+
+
+def test_state_validation_errors_are_raised_and_parse_round_trips() -> None:
+    env = load_environment(COUNTER)
+    with pytest.raises(ValidationError):
+        env.parse_state({"value": "many"})
+    with pytest.raises(ValidationError):
+        env.parse_state({"value": 1, "unexpected": True})
+    state = env.parse_state({"value": 3, "history": [1, 3]})
+    assert env.parse_state(json.loads(state.canonical())).sha256() == state.sha256()
+
+
+def test_volatile_paths_are_ignored_by_state_equivalence() -> None:
+    a = {"now": "2026-01-01T00:00:00", "items": [{"id": 1, "seen": 5}, {"id": 2, "seen": 6}]}
+    b = {"now": "2027-01-01T00:00:00", "items": [{"id": 1, "seen": 7}, {"id": 2, "seen": 8}]}
+    assert not states_equal(a, b)
+    assert states_equal(a, b, ["now", "items.*.seen"])
+    assert strip_volatile(a, ["items.*.seen"])["items"] == [{"id": 1}, {"id": 2}]
