@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import abc
 import secrets
+import time
 from typing import TYPE_CHECKING, Any
+
+import httpx2
+from pydantic import ValidationError
 
 from envreg.canonical import canonical_json, sha256_hex
 from envreg.env import Instance, ToolResult
-from envreg.runtime.snapshots import Snapshot, SnapshotStore
+from envreg.runtime.errors import InvalidState, SandboxGone
+from envreg.runtime.snapshots import Snapshot
 
 if TYPE_CHECKING:
+    from envreg.runtime.docker_backend import EnvContainer
+    from envreg.runtime.remote import EnvClient
     from envreg.runtime.runtime import Runtime
 
 
@@ -27,6 +34,18 @@ class Sandbox(abc.ABC):
         self.env = env
         self.env_digest = env_digest
         self.closed = False
+        self.ended: str | None = None
+        self.expires_at: float | None = None
+
+    def renew(self, ttl: float) -> float:
+        """Extend the lease to `ttl` seconds from now; returns the new expiry (epoch seconds)."""
+        self._check()
+        self.expires_at = time.time() + ttl
+        return self.expires_at
+
+    def _check(self) -> None:
+        if self.ended is not None:
+            raise SandboxGone(f"sandbox {self.id} has ended: {self.ended}")
 
     @abc.abstractmethod
     async def list_tools(self) -> list[dict[str, Any]]:
@@ -64,11 +83,13 @@ class Sandbox(abc.ABC):
         snap.check_compatible(self.env, self.env_digest)
         await self.load_state(snap.state)
 
-    async def close(self) -> None:
+    async def close(self, reason: str = "closed") -> None:
+        """End the sandbox and free what it holds; later calls raise `SandboxGone`."""
         if not self.closed:
             self.closed = True
-            await self._release()
+            self.ended = self.ended or reason
             self.runtime._forget(self)
+            await self._release()
 
     async def __aenter__(self) -> Sandbox:
         return self
@@ -90,25 +111,92 @@ class LocalSandbox(Sandbox):
         self.instance = instance
 
     async def list_tools(self) -> list[dict[str, Any]]:
+        self._check()
         return self.instance.env.list_tools()
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        self._check()
         return self.instance.call_tool(name, arguments)
 
     async def state(self) -> dict[str, Any]:
+        self._check()
         return self.instance.state.to_json()
 
     async def state_sha256(self) -> str:
+        self._check()
         return self.instance.state.sha256()
 
     async def load_state(self, state: dict[str, Any]) -> None:
-        self.instance.load_state(state)
+        self._check()
+        try:
+            self.instance.load_state(state)
+        except ValidationError as exc:
+            raise InvalidState(
+                f"invalid state, nothing was changed: {exc}", exc.errors(include_url=False)
+            ) from None
 
     async def reset(self) -> None:
+        self._check()
         self.instance.reset()
 
     async def _release(self) -> None:
         pass
 
 
-__all__ = ["LocalSandbox", "Sandbox", "SnapshotStore"]
+class RemoteSandbox(Sandbox):
+    """A sandbox served by an environment container: its own container, or an instance in a shared one."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        isolation: str,
+        container: EnvContainer,
+        client: EnvClient,
+        instance_id: str,
+        token: str,
+    ) -> None:
+        super().__init__(runtime, container.env_name, container.env_digest)
+        self.isolation = isolation
+        self.container = container
+        self.client = client
+        self.instance_id = instance_id
+        self.path = "/mcp" if instance_id == "default" else f"/i/{instance_id}/mcp"
+        self.token = token
+
+    @property
+    def upstream_url(self) -> str:
+        """Where the gateway forwards this sandbox's MCP traffic."""
+        return self.container.agent_url + self.path
+
+    async def _guard(self, coro: Any) -> Any:
+        self._check()
+        try:
+            return await coro
+        except (httpx2.TransportError, SandboxGone) as exc:
+            status = await self.runtime._container_status(self.container)
+            if status != "running":
+                self.ended = f"its container is {status}"
+                await self.close(self.ended)
+                raise SandboxGone(f"sandbox {self.id} has ended: its container is {status}") from None
+            raise SandboxGone(f"sandbox {self.id}: the environment server did not answer ({exc})") from exc
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        return await self._guard(self.client.list_tools(self.path))
+
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        return await self._guard(self.client.call_tool(self.path, name, arguments))
+
+    async def state(self) -> dict[str, Any]:
+        return (await self._guard(self.client.get_state(self.instance_id)))["state"]
+
+    async def state_sha256(self) -> str:
+        return (await self._guard(self.client.get_state(self.instance_id)))["sha256"]
+
+    async def load_state(self, state: dict[str, Any]) -> None:
+        await self._guard(self.client.put_state(self.instance_id, state))
+
+    async def reset(self) -> None:
+        await self._guard(self.client.reset(self.instance_id))
+
+    async def _release(self) -> None:
+        await self.runtime._release_remote(self)

@@ -1,0 +1,90 @@
+"""The gateway: one host port that routes ``/sandboxes/<id>/mcp`` to the right instance, per-sandbox token."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+
+import httpx2
+from starlette.types import Receive, Scope, Send
+
+from envreg.runtime.sandbox import RemoteSandbox, Sandbox
+from envreg.server.http import BodyTooLarge, read_body, send_json
+
+_HOP_BY_HOP = {
+    b"connection",
+    b"keep-alive",
+    b"transfer-encoding",
+    b"te",
+    b"trailer",
+    b"upgrade",
+    b"proxy-authorization",
+    b"proxy-connection",
+}
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"authorization", b"content-length"}
+PREFIX = "/sandboxes/"
+
+
+def sandbox_id_from_path(path: str) -> str | None:
+    if not path.startswith(PREFIX):
+        return None
+    parts = path[len(PREFIX) :].rstrip("/").split("/")
+    return parts[0] if len(parts) == 2 and parts[1] == "mcp" and parts[0] else None
+
+
+class Gateway:
+    """Streams MCP traffic to sandboxes; 401 without the sandbox's token, 404 once it has ended."""
+
+    def __init__(
+        self, lookup: Callable[[str], Sandbox | None], http: httpx2.AsyncClient, max_body: int = 4 << 20
+    ):
+        self.lookup = lookup
+        self.http = http
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        sandbox_id = sandbox_id_from_path(scope["path"])
+        sandbox = self.lookup(sandbox_id) if sandbox_id else None
+        if sandbox is None or sandbox.ended is not None or not isinstance(sandbox, RemoteSandbox):
+            what = f"sandbox {sandbox_id!r}" if sandbox_id else scope["path"]
+            reason = sandbox.ended if sandbox is not None and sandbox.ended else "unknown or ended"
+            await send_json(
+                send, 404, {"error": f"no {what}: {reason}; MCP endpoints are /sandboxes/<id>/mcp"}
+            )
+            return
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        if not hmac.compare_digest(given, f"Bearer {sandbox.token}".encode()):
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b'{"error":"missing or wrong sandbox token"}'})
+            return
+        try:
+            body = await read_body(scope, receive, self.max_body)
+        except BodyTooLarge:
+            await send_json(send, 413, {"error": f"request body over the {self.max_body} byte limit"})
+            return
+        headers = [(k, v) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
+        url = sandbox.upstream_url + (
+            f"?{scope['query_string'].decode()}" if scope.get("query_string") else ""
+        )
+        request = self.http.build_request(scope["method"], url, headers=headers, content=body)
+        try:
+            response = await self.http.send(request, stream=True)
+        except httpx2.TransportError as exc:
+            await send_json(send, 502, {"error": f"sandbox {sandbox.id} did not answer: {exc}"})
+            return
+        try:
+            out = [(k.lower(), v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP]
+            await send({"type": "http.response.start", "status": response.status_code, "headers": out})
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await response.aclose()
