@@ -43,3 +43,33 @@ def env_server() -> Iterator[callable]:
     yield get
     for server in started.values():
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> None:
+    """A running engine with buildx: started by scripts/setup-docker when it is not."""
+    import subprocess
+
+    for check in (["docker", "info"], ["docker", "buildx", "version"]):
+        if subprocess.run(check, capture_output=True).returncode != 0:
+            subprocess.run([str(ROOT / "scripts" / "setup-docker")], check=True, timeout=1200)
+
+
+@pytest.fixture(scope="session")
+def reference_images(docker_engine) -> dict[str, dict]:
+    """The reference environment images, built once per session (a no-op when they are current).
+
+    ENVREG_TEST_SKIP_BUILD=1 uses the images already in the engine, as they are.
+    """
+    import json
+    import subprocess
+
+    if os.environ.get("ENVREG_TEST_SKIP_BUILD"):
+        return {}
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "envreg.cli.main", "build", "--json", *REFERENCE_ENVS],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+    )
+    assert proc.returncode == 0, f"envreg build failed:\n{proc.stdout}\n{proc.stderr}"
+    return {row["name"]: row for row in json.loads(proc.stdout)}

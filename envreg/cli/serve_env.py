@@ -22,6 +22,9 @@ def serve_env(
     max_instances: Annotated[int, typer.Option(help="Most instances held at once.")] = 4096,
     max_body: Annotated[int, typer.Option(help="Largest request body in bytes.")] = 4 * 1024 * 1024,
     fast_path: Annotated[bool, typer.Option(help="Serve tools/list and tools/call on the lean path.")] = True,
+    preload_sdk: Annotated[
+        bool, typer.Option(help="Import the mcp SDK at start instead of on the first request that needs it.")
+    ] = False,
 ) -> None:
     """Serve an environment over MCP streamable HTTP, with a token-protected control plane."""
     from envreg.server.app import ServerConfig, serve
@@ -40,6 +43,7 @@ def serve_env(
             max_instances=max_instances,
             max_body=max_body,
             fast_path=fast_path,
+            preload_sdk=preload_sdk,
         )
     )
 

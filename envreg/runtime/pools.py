@@ -15,7 +15,8 @@ from envreg.runtime.errors import EngineError
 from envreg.runtime.remote import EnvClient
 
 logger = logging.getLogger("envreg.runtime")
-READY_TIMEOUT = 60.0
+READY_TIMEOUT = 120.0
+CONCURRENT_STARTS = 8
 
 
 class Pools:
@@ -41,6 +42,7 @@ class Pools:
         self._refilling: set[tuple[str, str]] = set()
         self._task_group: anyio.abc.TaskGroup | None = None
         self._shared_lock = anyio.Lock()
+        self._starts = anyio.Semaphore(CONCURRENT_STARTS)
 
     def bind(self, task_group: anyio.abc.TaskGroup) -> None:
         self._task_group = task_group
@@ -49,7 +51,11 @@ class Pools:
         return EnvClient(self.http, container.agent_url, container.control_url, container.token)
 
     async def start_container(self, image: str, isolation: str) -> EnvContainer:
-        """A new container, once its server answers."""
+        """A new container, once its server answers (a few start at once: more only thrash the CPUs)."""
+        async with self._starts:
+            return await self._start_container(image, isolation)
+
+    async def _start_container(self, image: str, isolation: str) -> EnvContainer:
         container = await anyio.to_thread.run_sync(self.backend.start, image, isolation)
         client = self.client(container)
         deadline = time.monotonic() + READY_TIMEOUT

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx2
@@ -168,10 +169,10 @@ class RemoteSandbox(Sandbox):
         """Where the gateway forwards this sandbox's MCP traffic."""
         return self.container.agent_url + self.path
 
-    async def _guard(self, coro: Any) -> Any:
+    async def _guard(self, call: Callable[[], Awaitable[Any]]) -> Any:
         self._check()
         try:
-            return await coro
+            return await call()
         except (httpx2.TransportError, SandboxGone) as exc:
             status = await self.runtime._container_status(self.container)
             if status != "running":
@@ -181,22 +182,22 @@ class RemoteSandbox(Sandbox):
             raise SandboxGone(f"sandbox {self.id}: the environment server did not answer ({exc})") from exc
 
     async def list_tools(self) -> list[dict[str, Any]]:
-        return await self._guard(self.client.list_tools(self.path))
+        return await self._guard(lambda: self.client.list_tools(self.path))
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
-        return await self._guard(self.client.call_tool(self.path, name, arguments))
+        return await self._guard(lambda: self.client.call_tool(self.path, name, arguments))
 
     async def state(self) -> dict[str, Any]:
-        return (await self._guard(self.client.get_state(self.instance_id)))["state"]
+        return (await self._guard(lambda: self.client.get_state(self.instance_id)))["state"]
 
     async def state_sha256(self) -> str:
-        return (await self._guard(self.client.get_state(self.instance_id)))["sha256"]
+        return (await self._guard(lambda: self.client.get_state(self.instance_id)))["sha256"]
 
     async def load_state(self, state: dict[str, Any]) -> None:
-        await self._guard(self.client.put_state(self.instance_id, state))
+        await self._guard(lambda: self.client.put_state(self.instance_id, state))
 
     async def reset(self) -> None:
-        await self._guard(self.client.reset(self.instance_id))
+        await self._guard(lambda: self.client.reset(self.instance_id))
 
     async def _release(self) -> None:
         await self.runtime._release_remote(self)

@@ -18,11 +18,17 @@ class AgentPlane:
     """
 
     def __init__(
-        self, store: InstanceStore, *, max_body: int, loopback: bool, fast_path: bool = True
+        self,
+        store: InstanceStore,
+        *,
+        max_body: int,
+        loopback: bool,
+        fast_path: bool = True,
+        preload_sdk: bool = False,
     ) -> None:
         self.store = store
         self.max_body = max_body
-        self.sdk = LazySDK(store, max_body, loopback)
+        self.sdk = LazySDK(store, max_body, loopback, preload=preload_sdk or not fast_path)
         self.lean = LeanPath(store, HostCheck() if loopback else None) if fast_path else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -28,6 +28,7 @@ class ServerConfig:
     max_instances: int = 4096
     max_body: int = 4 * 1024 * 1024
     fast_path: bool = True
+    preload_sdk: bool = False
 
 
 def load_manifest(env: Environment) -> dict[str, Any]:
@@ -52,7 +53,13 @@ class EnvServer:
         env = env or load_environment(config.env)
         store = InstanceStore(env, config.max_instances)
         loopback = config.host in LOOPBACK
-        agent = AgentPlane(store, max_body=config.max_body, loopback=loopback, fast_path=config.fast_path)
+        agent = AgentPlane(
+            store,
+            max_body=config.max_body,
+            loopback=loopback,
+            fast_path=config.fast_path,
+            preload_sdk=config.preload_sdk,
+        )
         control = control_app(store, config.token, config.max_body, load_manifest(env))
         return cls(store, agent, control)
 

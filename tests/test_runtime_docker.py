@@ -1,0 +1,207 @@
+"""The Docker tiers: hardened per-conversation containers and shared-container instances, one API."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import docker
+import httpx2
+import pytest
+from conftest import REFERENCE_ENVS
+from mcp_helpers import ERAS, caller, mcp_client
+
+from envreg.env import UnknownToolError, load_environment, load_scenarios, states_equal
+from envreg.env.scenario import CallOutcome, run_steps
+from envreg.runtime import InvalidState, Runtime, SandboxGone, SnapshotMismatch
+
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+DOCKER_TIERS = ["container", "instance"]
+
+
+@pytest.fixture(autouse=True)
+def _images(reference_images) -> None:
+    pass
+
+
+@pytest.mark.parametrize("isolation", DOCKER_TIERS)
+@pytest.mark.parametrize("era", ERAS)
+async def test_mcp_client_drives_a_sandbox_through_the_gateway(isolation, era) -> None:
+    scenario = load_scenarios(load_environment("calendar").folder)[0][0]
+    async with Runtime() as rt:
+        sb = await rt.sandbox("calendar", isolation=isolation, state=scenario.initial_state)
+        assert sb.mcp_url.startswith(rt.gateway_url + "/sandboxes/")
+        async with mcp_client(sb.mcp_url, era, token=sb.token) as client:
+            assert await run_steps(scenario, caller(client)) == []
+        assert states_equal(await sb.state(), scenario.final_state)
+
+
+@pytest.mark.parametrize("name", REFERENCE_ENVS)
+async def test_every_tier_gives_the_same_results(name) -> None:
+    scenarios = load_scenarios(load_environment(name).folder)[0]
+    async with Runtime() as rt:
+        for scenario in scenarios:
+            hashes = {}
+            for isolation in ("local", *DOCKER_TIERS):
+                sb = await rt.sandbox(name, isolation=isolation, state=scenario.initial_state)
+                seen: list[CallOutcome] = []
+
+                async def call(tool, arguments, sb=sb, seen=seen):
+                    result = await sb.call_tool(tool, arguments)
+                    seen.append(CallOutcome(result.is_error, result.text))
+                    return seen[-1]
+
+                assert await run_steps(scenario, call) == [], (isolation, scenario.name)
+                hashes[isolation] = (await sb.state_sha256(), [(o.is_error, o.text) for o in seen])
+                await sb.close()
+            assert hashes["local"] == hashes["container"] == hashes["instance"], scenario.name
+
+
+@pytest.mark.parametrize("isolation", DOCKER_TIERS)
+async def test_fifty_concurrent_sandboxes_each_keep_their_own_state(isolation) -> None:
+    async with Runtime() as rt:
+        sandboxes = []
+
+        async def lease() -> None:
+            sandboxes.append(await rt.sandbox("bank", isolation=isolation))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(50):
+                tg.start_soon(lease)
+        assert len({sb.id for sb in sandboxes}) == 50
+
+        def calls(i: int) -> list[tuple[str, dict]]:
+            return [("set_daily_limit", {"account_id": "acc_0001", "limit_cents": 1000 * (i + 1) + step})
+                    for step in range(20)]
+
+        async def drive(i: int, sb) -> None:
+            for tool, arguments in calls(i):
+                result = await sb.call_tool(tool, arguments)
+                assert not result.is_error, result.text
+
+        async with anyio.create_task_group() as tg:
+            for i, sb in enumerate(sandboxes):
+                tg.start_soon(drive, i, sb)
+
+        env = load_environment("bank")
+        for i, sb in enumerate(sandboxes):
+            expected = env.instance()
+            for tool, arguments in calls(i):
+                expected.call_tool(tool, arguments)
+            assert await sb.state_sha256() == expected.state.sha256(), f"sandbox {i} diverged"
+
+
+@pytest.mark.parametrize("isolation", DOCKER_TIERS)
+async def test_snapshot_restore_and_forks(isolation) -> None:
+    async with Runtime() as rt:
+        straight = await rt.sandbox("bank", isolation=isolation)
+        parent = await rt.sandbox("bank", isolation=isolation)
+        for limit in (111, 222):
+            await straight.call_tool("set_daily_limit", {"account_id": "acc_0001", "limit_cents": limit})
+            await parent.call_tool("set_daily_limit", {"account_id": "acc_0001", "limit_cents": limit})
+        snap = await parent.snapshot()
+        await parent.reset()
+        await parent.restore(snap)
+        await straight.call_tool("set_daily_limit", {"account_id": "acc_0001", "limit_cents": 333})
+        await parent.call_tool("set_daily_limit", {"account_id": "acc_0001", "limit_cents": 333})
+        assert await parent.state_sha256() == await straight.state_sha256()
+
+        forks = await rt.fork(snap, 8, isolation=isolation)
+        for i, fork in enumerate(forks):
+            await fork.call_tool("set_daily_limit", {"account_id": "acc_0001", "limit_cents": 1000 + i})
+        limits = [(await f.call_tool("get_balance", {"account_id": "acc_0001"})).value for f in forks]
+        assert len({str(v) for v in limits}) == 8, "each fork diverged on its own"
+        assert await parent.state_sha256() == await straight.state_sha256(), "forks left the parent alone"
+
+
+async def test_sandbox_containers_are_hardened() -> None:
+    async with Runtime() as rt:
+        sb = await rt.sandbox("calendar", isolation="container")
+        attrs = docker.from_env().containers.get(sb.container.id).attrs
+        host = attrs["HostConfig"]
+        assert attrs["Config"]["User"] == "65534:65534"
+        assert host["ReadonlyRootfs"] is True
+        assert host["CapDrop"] == ["ALL"]
+        assert any("no-new-privileges" in opt for opt in host["SecurityOpt"])
+        assert host["PidsLimit"] > 0 and host["Memory"] > 0 and host["NanoCpus"] > 0
+        assert not host.get("PortBindings")
+        networks = attrs["NetworkSettings"]["Networks"]
+        assert list(networks) == [rt._docker.network_name]
+        net = docker.from_env().networks.get(rt._docker.network_name).attrs
+        assert net["Internal"] is True
+        assert attrs["Config"]["Labels"]["io.envreg.runtime"] == rt.id
+        assert attrs["Config"]["Labels"]["io.envreg.lease"].startswith("ls_")
+        assert int(attrs["Config"]["Labels"]["io.envreg.expires"]) > time.time()
+
+
+async def test_a_killed_container_fails_the_next_call_fast() -> None:
+    async with Runtime() as rt:
+        sb = await rt.sandbox("calendar", isolation="container")
+        await sb.call_tool("list_calendars")
+        docker.from_env().containers.get(sb.container.id).kill()
+        started = time.monotonic()
+        with pytest.raises(SandboxGone, match="ended|container"):
+            for _ in range(50):
+                await sb.call_tool("list_calendars")
+                await anyio.sleep(0.05)
+        assert time.monotonic() - started < 5
+
+
+async def test_an_expired_lease_is_reclaimed() -> None:
+    async with Runtime(reap_interval=0.1) as rt:
+        sb = await rt.sandbox("calendar", isolation="container", ttl=0.5)
+        container_id = sb.container.id
+        url, token = sb.mcp_url, sb.token
+        await anyio.sleep(1.5)
+        assert sb.ended == "its lease expired"
+        with pytest.raises(SandboxGone, match="lease expired"):
+            await sb.call_tool("list_calendars")
+        assert rt.get(sb.id) is None
+        assert not docker.from_env().containers.list(all=True, filters={"id": container_id})
+        async with httpx2.AsyncClient() as http:
+            r = await http.post(url, headers={"authorization": f"Bearer {token}"}, json={})
+        assert r.status_code == 404
+
+
+async def test_gateway_refuses_wrong_tokens_and_unknown_sandboxes() -> None:
+    async with Runtime() as rt:
+        sb = await rt.sandbox("calendar", isolation="instance")
+        async with httpx2.AsyncClient() as http:
+            for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Bearer {sb.token}x"}):
+                assert (await http.post(sb.mcp_url, headers=headers, json={})).status_code == 401
+            unknown = sb.mcp_url.replace(sb.id, "sb_0000000000000000")
+            r = await http.post(unknown, headers={"authorization": f"Bearer {sb.token}"}, json={})
+            assert r.status_code == 404
+            await sb.close()
+            r = await http.post(sb.mcp_url, headers={"authorization": f"Bearer {sb.token}"}, json={})
+            assert r.status_code == 404
+
+
+@pytest.mark.parametrize("isolation", DOCKER_TIERS)
+async def test_bad_input_changes_nothing(isolation) -> None:
+    async with Runtime() as rt:
+        bank = await rt.sandbox("bank", isolation=isolation)
+        calendar = await rt.sandbox("calendar", isolation=isolation)
+        before = await bank.state_sha256()
+        with pytest.raises(SnapshotMismatch, match="calendar"):
+            await bank.restore(await calendar.snapshot())
+        with pytest.raises(InvalidState) as info:
+            await bank.load_state({"customers": "nobody"})
+        assert info.value.errors
+        with pytest.raises(UnknownToolError):
+            await bank.call_tool("no_such_tool", {})
+        bad = await bank.call_tool("transfer", {"from_account_id": "acc_0001"})
+        assert bad.is_error and "missing required argument" in bad.text
+        assert await bank.state_sha256() == before
+
+
+async def test_warm_pools_hand_out_ready_sandboxes() -> None:
+    async with Runtime() as rt:
+        await rt.warm("calendar", "container", 2)
+        await rt.warm("calendar", "instance", 4)
+        started = time.monotonic()
+        sb = await rt.sandbox("calendar", isolation="container")
+        inst = await rt.sandbox("calendar", isolation="instance")
+        assert time.monotonic() - started < 0.5, "warm acquisition must not start containers"
+        assert not (await sb.call_tool("list_calendars")).is_error
+        assert not (await inst.call_tool("list_calendars")).is_error
