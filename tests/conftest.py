@@ -69,7 +69,10 @@ def reference_images(docker_engine) -> dict[str, dict]:
 
     proc = subprocess.run(
         [sys.executable, "-m", "envreg.cli.main", "build", "--json", *REFERENCE_ENVS],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     assert proc.returncode == 0, f"envreg build failed:\n{proc.stdout}\n{proc.stderr}"
     return {row["name"]: row for row in json.loads(proc.stdout)}

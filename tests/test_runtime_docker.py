@@ -71,8 +71,10 @@ async def test_fifty_concurrent_sandboxes_each_keep_their_own_state(isolation) -
         assert len({sb.id for sb in sandboxes}) == 50
 
         def calls(i: int) -> list[tuple[str, dict]]:
-            return [("set_daily_limit", {"account_id": "acc_0001", "limit_cents": 1000 * (i + 1) + step})
-                    for step in range(20)]
+            return [
+                ("set_daily_limit", {"account_id": "acc_0001", "limit_cents": 1000 * (i + 1) + step})
+                for step in range(20)
+            ]
 
         async def drive(i: int, sb) -> None:
             for tool, arguments in calls(i):
@@ -140,7 +142,7 @@ async def test_a_killed_container_fails_the_next_call_fast() -> None:
         await sb.call_tool("list_calendars")
         docker.from_env().containers.get(sb.container.id).kill()
         started = time.monotonic()
-        with pytest.raises(SandboxGone, match="ended|container"):
+        with pytest.raises(SandboxGone, match=r"ended|container"):
             for _ in range(50):
                 await sb.call_tool("list_calendars")
                 await anyio.sleep(0.05)

@@ -1,0 +1,253 @@
+"""`envreg build`: build the base image and environment images with `docker buildx bake`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections import deque
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+err = Console(stderr=True)
+out = Console()
+
+_STEP = re.compile(r"^#(\d+) (.*)$")
+
+
+def _run_bake(cmd: list[str], *, label: str, progress: str) -> None:
+    """Run one bake; a rich live status of the current build step unless `progress` is 'plain'."""
+    if progress == "plain":
+        proc = subprocess.run(cmd)
+        if proc.returncode:
+            raise typer.Exit(proc.returncode)
+        return
+    tail: deque[str] = deque(maxlen=60)
+    names: dict[str, str] = {}
+    done = 0
+    with err.status(f"[bold]{label}[/]: starting", spinner="dots") as status:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail.append(line)
+            m = _STEP.match(line)
+            if not m:
+                continue
+            vid, rest = m.groups()
+            if (
+                vid not in names
+                and not rest.startswith(("DONE", "CACHED", "ERROR", "CANCELED"))
+                and not rest[:1].isdigit()
+            ):
+                names[vid] = rest
+            elif rest.startswith(("DONE", "CACHED")):
+                done += 1
+            step = names.get(vid, rest)
+            status.update(f"[bold]{label}[/]: {done} steps done; {step[:100]}")
+        rc = proc.wait()
+    if rc:
+        err.print("\n".join(tail), markup=False, highlight=False)
+        err.print(f"[red]error:[/] docker buildx bake failed ({label}, exit {rc})")
+        raise typer.Exit(1)
+    err.print(f"[green]built[/] {label} ({done} steps)")
+
+
+def _inspect(ref: str) -> dict[str, Any] | None:
+    proc = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, text=True)
+    return json.loads(proc.stdout)[0] if proc.returncode == 0 else None
+
+
+def build(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(help="Environments to build (default: every one in the images folder)."),
+    ] = None,
+    images_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--images-dir",
+            help="Environments folder (default: $ENVREG_IMAGES or ./images).",
+            show_default=False,
+        ),
+    ] = None,
+    manifests_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--manifests-dir",
+            help="Manifests folder (default: $ENVREG_MANIFESTS or ./manifests).",
+            show_default=False,
+        ),
+    ] = None,
+    frozen: Annotated[
+        bool, typer.Option("--frozen", help="Refuse stale manifests instead of regenerating them (for CI).")
+    ] = False,
+    progress: Annotated[
+        str, typer.Option(help="'rich' (a live status) or 'plain' (the raw BuildKit log).")
+    ] = "rich",
+    print_only: Annotated[
+        bool, typer.Option("--print", help="Print the bake definition; build nothing.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the result as JSON instead of a table.")
+    ] = False,
+) -> None:
+    """Build envreg/base and the environment images (envreg/<name>:<version>) with docker buildx bake."""
+    from envreg.docker_engine import EngineUnavailable, require_engine
+    from envreg.env import load_environment
+    from envreg.env.loader import known_names
+    from envreg.images import (
+        EnvImage,
+        ImageBuildError,
+        bake_command,
+        bake_vars,
+        build_base_rootfs,
+        envreg_version,
+        git_facts,
+        paths,
+        source_date_epoch,
+        stage_base,
+        stage_env,
+    )
+    from envreg.manifest import Manifest, check_manifest, manifest_path, write_manifest
+
+    p = paths()
+    if images_dir is not None:
+        os.environ["ENVREG_IMAGES"] = str(images_dir.resolve())
+    elif "ENVREG_IMAGES" not in os.environ and (p.root / "images").is_dir():
+        os.environ["ENVREG_IMAGES"] = str(p.root / "images")
+    mdir = (manifests_dir or Path(os.environ.get("ENVREG_MANIFESTS", p.root / "manifests"))).resolve()
+
+    refs = names or known_names()
+    if not refs:
+        err.print(
+            f"[red]error:[/] no environments given and none found under {os.environ.get('ENVREG_IMAGES')}"
+        )
+        raise typer.Exit(2)
+
+    # 1. every manifest must be sound before anything is built or tagged
+    envs: list[tuple[EnvImage, Path, Path]] = []
+    refused: list[str] = []
+    for ref in refs:
+        try:
+            env = load_environment(ref)
+        except Exception as exc:
+            refused.append(f"{ref}: the environment does not load: {exc}")
+            continue
+        path = manifest_path(env.name, mdir)
+        if path.is_file():
+            try:
+                Manifest.loads(path.read_text()).verify()
+            except ValueError as exc:
+                refused.append(
+                    f"{env.name}: {path} is not a valid manifest: {str(exc).splitlines()[0]}"
+                    f" (regenerate it with `envreg manifest {env.name}` and review the diff)"
+                )
+                continue
+        problem = check_manifest(env, mdir)
+        if problem and frozen:
+            refused.append(f"{env.name}: {problem} (run `envreg manifest {env.name}` and commit the result)")
+            continue
+        if problem:
+            write_manifest(env, mdir)
+            err.print(f"[yellow]regenerated[/] {path}: {problem}")
+        m = Manifest.loads(path.read_text())
+        m.verify()
+        envs.append((EnvImage(env.name, env.version, env.description, m.digests.manifest), env.folder, path))
+    if refused:
+        for r in refused:
+            err.print(f"[red]refused:[/] {r}")
+        err.print("[red]error:[/] nothing was built or tagged")
+        raise typer.Exit(1)
+
+    try:
+        require_engine(buildx=True)
+        # 2. the pinned base rootfs (rebuilt from Debian and checked against images/base/base.lock if missing)
+        lock = build_base_rootfs(p=p)
+        # 3. stage contexts, write the bake variables
+        epoch = source_date_epoch(p.root)
+        revision, _, source = git_facts(p.root)
+        stage_base(p, epoch)
+        for e, folder, mpath in envs:
+            stage_env(p, e.name, folder, mpath, epoch)
+    except (ImageBuildError, EngineUnavailable) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
+    version = envreg_version(p.root)
+    vars_file = p.stage / "vars.json"
+    vars_file.write_text(
+        json.dumps(
+            bake_vars(
+                [e for e, _, _ in envs],
+                lock=lock,
+                epoch=epoch,
+                version=version,
+                revision=revision,
+                source=source,
+                stage=p.stage,
+            ),
+            indent=2,
+        )
+        + "\n"
+    )
+    env_targets = [f"env-{e.name}" for e, _, _ in envs]
+    if print_only:
+        subprocess.run([*bake_command(p, vars_file, ["base", *env_targets]), "--print"], check=False)
+        return
+
+    # 4. bake: base first (env images use it as FROM once loaded), then the environments
+    _run_bake(bake_command(p, vars_file, ["base"], progress="plain"), label="envreg/base", progress=progress)
+    _run_bake(
+        bake_command(p, vars_file, env_targets, progress="plain"),
+        label=", ".join(e.tag for e, _, _ in envs),
+        progress=progress,
+    )
+
+    # 5. report
+    rows = []
+    for tag, name, ver, mdigest in [
+        (f"envreg/base:{version}", "base", version, ""),
+        *((e.tag, e.name, e.version, e.manifest_digest) for e, _, _ in envs),
+    ]:
+        info = _inspect(tag)
+        if info is None:
+            err.print(f"[red]error:[/] {tag} is missing after the build")
+            raise typer.Exit(1)
+        label = (info["Config"].get("Labels") or {}).get("io.envreg.manifest.digest", "")
+        if mdigest and label != mdigest:
+            err.print(f"[red]error:[/] {tag} carries manifest digest {label!r}, expected {mdigest}")
+            raise typer.Exit(1)
+        rows.append(
+            {
+                "name": name,
+                "version": ver,
+                "tag": tag,
+                "image_id": info["Id"],
+                "manifest_digest": mdigest,
+                "size": info["Size"],
+            }
+        )
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table(title="envreg images")
+    for col in ("name", "version", "image ID", "manifest digest", "size"):
+        table.add_column(col, justify="right" if col == "size" else "left")
+    for r in rows:
+        table.add_row(
+            r["name"],
+            r["version"],
+            r["image_id"].removeprefix("sha256:")[:12],
+            r["manifest_digest"].removeprefix("sha256:")[:12] or "-",
+            f"{r['size'] / 1e6:.0f} MB",
+        )
+    out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("build")(build)

@@ -1,0 +1,59 @@
+"""Is the Docker engine usable? Clear errors that say how to fix it (`scripts/setup-docker`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+SETUP = "scripts/setup-docker"
+
+
+class EngineUnavailable(RuntimeError):
+    """The Docker engine (or buildx) cannot be used; the message says why and how to fix it."""
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _fix_hint() -> str:
+    if _is_root():
+        return f"run `{SETUP}` (it installs and starts what is missing)"
+    return f"run `sudo {SETUP}` (as root: it installs and starts what is missing), or use an account that may use Docker"
+
+
+def engine_problem(*, buildx: bool = False, timeout: float = 20) -> str | None:
+    """None when the engine answers (and buildx runs, if asked for); else what is wrong."""
+    if not shutil.which("docker"):
+        return "the docker CLI is not installed"
+    try:
+        proc = subprocess.run(
+            ["docker", "info", "--format", "{{.ServerVersion}}"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return f"the Docker engine did not answer `docker info` within {timeout:.0f}s"
+    if proc.returncode != 0 or not proc.stdout.strip():
+        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        detail = msg[-1] if msg else "no answer"
+        if "permission denied" in detail.lower():
+            return f"no permission to use the Docker engine ({detail})"
+        return f"the Docker engine is not running ({detail})"
+    if buildx:
+        bx = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True, timeout=timeout)
+        if bx.returncode != 0:
+            return "docker buildx is not installed (the docker-buildx CLI plugin)"
+    return None
+
+
+def require_engine(*, buildx: bool = False) -> None:
+    """Raise `EngineUnavailable` naming the fix when the engine (or buildx) cannot be used."""
+    if problem := engine_problem(buildx=buildx):
+        raise EngineUnavailable(f"{problem}: {_fix_hint()}")
+
+
+def engine_available(*, buildx: bool = False) -> bool:
+    return engine_problem(buildx=buildx) is None

@@ -1,0 +1,917 @@
+"""Environment images: the pinned base rootfs, the wheelhouse, the bake definition and the image build.
+
+The pieces, in build order:
+
+1. **Base rootfs** (`scripts/build-base`): Debian bookworm minbase + python3 via debootstrap, cached under
+   `.cache/base/`, normalized into a byte-reproducible tar (sorted, fixed mtime/owner names, no logs, caches,
+   machine ids, pyc files or host files) and loaded into the engine as `envreg/base-rootfs:<tar sha256>`
+   through a hand-written docker-archive whose config is fixed too, so the image ID is reproducible.
+   `images/base/base.lock` (JSON, also read by `docker buildx bake -f`) records the tar sha256, the image
+   ID and every installed package version; a rebuild that differs fails and says what Debian changed.
+2. **Wheelhouse**: the server's dependencies (pyproject `dependencies` minus `docker`) pinned with
+   hashes in `images/base/requirements.lock`, downloaded on the host into `.cache/wheelhouse/`, plus an
+   envreg wheel built on the host; images install them offline (`--no-index --require-hashes`).
+3. **Bake**: `docker-bake.hcl` builds the `base` runtime layer (venv at /opt/envreg) and one `env-<name>`
+   target per environment from staged, self-contained contexts under `.cache/bake/`.
+
+Only the standard library is imported at module level: `scripts/build-base` may run under any python3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# --------------------------------------------------------------------------------------------------------------
+# Layout
+# --------------------------------------------------------------------------------------------------------------
+
+ROOTFS_REPO = "envreg/base-rootfs"
+BASE_REPO = "envreg/base"
+IMAGE_PREFIX = "envreg/"
+VENV = "/opt/envreg"
+SUITE = "bookworm"
+VARIANT = "minbase"
+INCLUDE = ("python3-minimal", "python3-venv")
+MIRROR = "http://deb.debian.org/debian"
+ROOTFS_EPOCH = 0  # mtime of every rootfs file and `created` of the rootfs image
+ROOTFS_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8")
+EXCLUDED_DEPENDENCIES = {"docker", "fastapi"}  # host-only: the environment server needs neither
+
+
+def repo_root() -> Path:
+    """The envreg checkout: `$ENVREG_ROOT`, else the nearest folder above cwd holding docker-bake.hcl, else
+    the folder above the installed package."""
+    if env := os.environ.get("ENVREG_ROOT"):
+        return Path(env).resolve()
+    here = Path.cwd().resolve()
+    for p in (here, *here.parents):
+        if (p / "docker-bake.hcl").is_file() and (p / "pyproject.toml").is_file():
+            return p
+    return Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path
+
+    @property
+    def base_dir(self) -> Path:
+        return self.root / "images" / "base"
+
+    @property
+    def base_lock(self) -> Path:
+        return self.base_dir / "base.lock"
+
+    @property
+    def requirements_lock(self) -> Path:
+        return self.base_dir / "requirements.lock"
+
+    @property
+    def bake_file(self) -> Path:
+        return self.root / "docker-bake.hcl"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / ".cache"
+
+    @property
+    def wheelhouse(self) -> Path:
+        return self.cache / "wheelhouse"
+
+    @property
+    def stage(self) -> Path:
+        return self.cache / "bake"
+
+
+def paths() -> Paths:
+    return Paths(repo_root())
+
+
+class ImageBuildError(RuntimeError):
+    """Something a user must fix before images can be built; the message says what and how."""
+
+
+def log(msg: str) -> None:
+    print(f"envreg-images: {msg}", file=sys.stderr, flush=True)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, **kw)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Base lock
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BaseLock:
+    """`images/base/base.lock`: the pinned base rootfs (a bake-readable JSON file)."""
+
+    tar_sha256: str
+    image_id: str
+    size: int
+    packages: dict[str, str]
+    suite: str = SUITE
+    variant: str = VARIANT
+    include: list[str] = field(default_factory=lambda: list(INCLUDE))
+    mirror: str = MIRROR
+    epoch: int = ROOTFS_EPOCH
+
+    @property
+    def image(self) -> str:
+        return f"{ROOTFS_REPO}:{self.tar_sha256.removeprefix('sha256:')}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "//": "Generated by `scripts/build-base --relock`; do not edit. Read by docker-bake.hcl (-f).",
+            "variable": {"BASE_IMAGE": {"default": self.image}},
+            "rootfs": {
+                "suite": self.suite,
+                "variant": self.variant,
+                "include": self.include,
+                "mirror": self.mirror,
+                "epoch": self.epoch,
+                "tar_sha256": self.tar_sha256,
+                "image_id": self.image_id,
+                "size": self.size,
+                "packages": dict(sorted(self.packages.items())),
+            },
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2) + "\n"
+
+    @classmethod
+    def loads(cls, text: str) -> BaseLock:
+        try:
+            data = json.loads(text)
+            r = data["rootfs"]
+            lock = cls(
+                tar_sha256=r["tar_sha256"],
+                image_id=r["image_id"],
+                size=int(r["size"]),
+                packages=dict(r["packages"]),
+                suite=r["suite"],
+                variant=r["variant"],
+                include=list(r["include"]),
+                mirror=r["mirror"],
+                epoch=int(r["epoch"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ImageBuildError(
+                f"base lock is not valid: {exc!r}; regenerate it with `scripts/build-base --relock`"
+            ) from None
+        if data.get("variable", {}).get("BASE_IMAGE", {}).get("default") != lock.image:
+            raise ImageBuildError(
+                "base lock: variable BASE_IMAGE does not match rootfs.tar_sha256; "
+                "regenerate it with `scripts/build-base --relock`"
+            )
+        return lock
+
+    @classmethod
+    def read(cls, path: Path) -> BaseLock | None:
+        return cls.loads(path.read_text()) if path.is_file() else None
+
+
+def diff_packages(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    """Human-readable package changes between two lock package maps."""
+    out = []
+    for name in sorted(old.keys() | new.keys()):
+        a, b = old.get(name), new.get(name)
+        if a == b:
+            continue
+        if a is None:
+            out.append(f"+ {name} {b}")
+        elif b is None:
+            out.append(f"- {name} {a}")
+        else:
+            out.append(f"~ {name} {a} -> {b}")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Base rootfs: debootstrap, normalize, load
+# --------------------------------------------------------------------------------------------------------------
+
+
+def debootstrap_key(
+    suite: str = SUITE,
+    variant: str = VARIANT,
+    include: tuple[str, ...] | list[str] = INCLUDE,
+    mirror: str = MIRROR,
+) -> str:
+    spec = json.dumps([suite, variant, sorted(include), mirror])
+    return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+def debootstrap(
+    cache: Path, *, fresh: bool = False, include: tuple[str, ...] | list[str] = INCLUDE, mirror: str = MIRROR
+) -> Path:
+    """The raw debootstrap rootfs, cached under `cache/debootstrap-<key>/rootfs`."""
+    slot = cache / f"debootstrap-{debootstrap_key(include=include, mirror=mirror)}"
+    rootfs, done = slot / "rootfs", slot / "complete"
+    if done.is_file() and rootfs.is_dir() and not fresh:
+        log(f"debootstrap: using the cached rootfs {rootfs} (pass --fresh to fetch Debian again)")
+        return rootfs
+    if os.geteuid() != 0:
+        raise ImageBuildError("building the base rootfs runs debootstrap, which needs root: run it as root")
+    if not shutil.which("debootstrap"):
+        raise ImageBuildError("debootstrap is not installed: run `scripts/setup-docker` (as root)")
+    if slot.exists():
+        shutil.rmtree(slot)
+    slot.mkdir(parents=True)
+    log(f"debootstrap --variant={VARIANT} {SUITE} from {mirror} (about a minute or two)")
+    cmd = [
+        "debootstrap",
+        f"--variant={VARIANT}",
+        f"--include={','.join(include)}",
+        SUITE,
+        str(rootfs),
+        mirror,
+    ]
+    with (slot / "debootstrap.log").open("w") as f:
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode:
+        tail = (slot / "debootstrap.log").read_text().splitlines()[-15:]
+        raise ImageBuildError("debootstrap failed:\n  " + "\n  ".join(tail))
+    done.write_text(dt.datetime.now(dt.UTC).isoformat() + "\n")
+    return rootfs
+
+
+def dpkg_packages(rootfs: Path) -> dict[str, str]:
+    """Installed packages (name -> version) from the rootfs's dpkg status file."""
+    out: dict[str, str] = {}
+    status = (rootfs / "var/lib/dpkg/status").read_text()
+    for stanza in status.split("\n\n"):
+        fields = dict(re.findall(r"^([A-Za-z-]+): ?(.*)$", stanza, flags=re.M))
+        if fields.get("Status", "").endswith(" installed") and "Package" in fields:
+            out[fields["Package"]] = fields["Version"]
+    return out
+
+
+# Paths (relative, no leading "./") whose *contents* are dropped; the folders themselves stay.
+_EMPTY_DIRS = (
+    "dev",
+    "proc",
+    "sys",
+    "run",
+    "tmp",
+    "var/tmp",
+    "var/log",
+    "var/cache/apt",
+    "var/lib/apt/lists",
+    "var/cache/debconf",
+    "var/cache/ldconfig",
+    "usr/share/man",
+    "usr/share/info",
+    "usr/share/locale",
+    "usr/share/lintian",
+    "usr/share/linda",
+    "var/lib/dpkg/updates",
+    "debootstrap",
+)
+_DROP_FILES = {"etc/machine-id", "var/lib/dbus/machine-id", "var/lib/dpkg/available", "etc/ld.so.cache~"}
+# Files replaced by fixed content (host files that debootstrap copies, or dated entries).
+_FIXED = {
+    "etc/hostname": b"",
+    "etc/resolv.conf": b"",
+    "etc/hosts": b"",
+    "etc/timezone": b"Etc/UTC\n",
+    "etc/mailname": None,
+}
+
+
+def _keep(rel: str, mode: int) -> bool:
+    import stat as st
+
+    if rel in _DROP_FILES or rel.endswith(("-old", ".pyc", ".pyo")) or "/__pycache__" in f"/{rel}":
+        return False
+    if rel in ("etc/passwd-", "etc/group-", "etc/shadow-", "etc/gshadow-", "etc/subuid-", "etc/subgid-"):
+        return False
+    for d in _EMPTY_DIRS:
+        if rel.startswith(d + "/"):
+            # keep the folder skeleton of var/log and var/cache/apt, no files
+            return st.S_ISDIR(mode) and d in ("var/log", "var/cache/apt", "var/lib/apt/lists")
+    if rel.startswith("usr/share/doc/"):
+        # keep licences only
+        return st.S_ISDIR(mode) or st.S_ISLNK(mode) or rel.endswith("/copyright")
+    return st.S_ISDIR(mode) or st.S_ISREG(mode) or st.S_ISLNK(mode)
+
+
+def _fix_shadow(data: bytes) -> bytes:
+    """Blank the 'last password change' day (field 3): it is the day the rootfs was built."""
+    lines = []
+    for line in data.decode().splitlines():
+        parts = line.split(":")
+        if len(parts) >= 3:
+            parts[2] = ""
+        lines.append(":".join(parts))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _sorted_paths(root: Path) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        rel = "" if rel == "." else rel
+        for n in dirnames + filenames:
+            out.append(f"{rel}/{n}" if rel else n)
+        dirnames.sort()
+    return sorted(out)
+
+
+def normalize_rootfs(rootfs: Path, out: Path, epoch: int = ROOTFS_EPOCH) -> tuple[str, int]:
+    """Write a reproducible tar of `rootfs` to `out`; returns (sha256 hex, size in bytes)."""
+    with out.open("wb") as raw:
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            root_ti = tar.gettarinfo(str(rootfs), arcname=".")
+            _normalize_ti(root_ti, epoch)
+            tar.addfile(root_ti)
+            for rel in _sorted_paths(rootfs):
+                full = rootfs / rel
+                if not _keep(rel, os.lstat(full).st_mode):
+                    continue
+                ti = tar.gettarinfo(str(full), arcname=f"./{rel}")
+                _normalize_ti(ti, epoch)
+                if rel == "etc/localtime" and ti.issym():
+                    ti.linkname = "/usr/share/zoneinfo/Etc/UTC"
+                if ti.isreg() and (rel in _FIXED or rel == "etc/shadow"):
+                    if rel in _FIXED:
+                        data = _FIXED[rel]
+                        if data is None:
+                            continue
+                    else:
+                        data = _fix_shadow(full.read_bytes())
+                    ti.size = len(data)
+                    tar.addfile(ti, io.BytesIO(data))
+                elif ti.isreg():
+                    with full.open("rb") as f:
+                        tar.addfile(ti, f)
+                else:
+                    tar.addfile(ti)
+    return sha256_file(out), out.stat().st_size
+
+
+def _normalize_ti(ti: tarfile.TarInfo, epoch: int) -> None:
+    ti.mtime = epoch
+    ti.uname = ti.gname = ""
+    ti.pax_headers = {}
+
+
+def _config_json(tar_sha256: str, epoch: int, lock_hint: str) -> bytes:
+    created = dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "created": created,
+        "config": {
+            "Env": list(ROOTFS_ENV),
+            "Cmd": ["/bin/bash"],
+            "Labels": {"io.envreg.base.rootfs": lock_hint},
+        },
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{tar_sha256}"]},
+        "history": [
+            {"created": created, "created_by": f"debootstrap --variant={VARIANT} {SUITE} (envreg build-base)"}
+        ],
+    }
+    return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+
+
+def load_rootfs_image(layer_tar: Path, tar_sha256: str, epoch: int = ROOTFS_EPOCH) -> str:
+    """`docker load` a one-layer image of `layer_tar` tagged envreg/base-rootfs:<sha>; returns its image ID."""
+    config = _config_json(tar_sha256, epoch, f"sha256:{tar_sha256}")
+    image_id = hashlib.sha256(config).hexdigest()
+    tag = f"{ROOTFS_REPO}:{tar_sha256}"
+    manifest = json.dumps(
+        [{"Config": f"{image_id}.json", "RepoTags": [tag], "Layers": [f"{tar_sha256}/layer.tar"]}]
+    )
+    proc = subprocess.Popen(
+        ["docker", "load", "-q"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdin is not None
+    with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in ((f"{image_id}.json", config), ("manifest.json", manifest.encode())):
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mtime = len(data), epoch
+            tar.addfile(ti, io.BytesIO(data))
+        ti = tarfile.TarInfo(f"{tar_sha256}/layer.tar")
+        ti.size, ti.mtime = layer_tar.stat().st_size, epoch
+        with layer_tar.open("rb") as f:
+            tar.addfile(ti, f)
+    proc.stdin.close()
+    assert proc.stderr is not None and proc.stdout is not None
+    proc.stdout.read()
+    errb = proc.stderr.read()
+    proc.wait()
+    if proc.returncode:
+        raise ImageBuildError(f"docker load of the base rootfs failed: {errb.decode().strip()}")
+    got = inspect_id(tag)
+    if got != f"sha256:{image_id}":
+        raise ImageBuildError(f"docker load gave image {got}, expected sha256:{image_id}")
+    return f"sha256:{image_id}"
+
+
+def inspect_id(ref: str) -> str | None:
+    proc = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def build_base_rootfs(*, relock: bool = False, fresh: bool = False, p: Paths | None = None) -> BaseLock:
+    """Make sure `envreg/base-rootfs:<locked sha>` is in the engine and identical to the lock.
+
+    Rebuilds it from Debian (cached debootstrap) when missing. With `relock`, (re)writes the lock from
+    whatever Debian gives now."""
+    p = p or paths()
+    lock = BaseLock.read(p.base_lock)
+    if lock and not relock and not fresh and inspect_id(lock.image) == lock.image_id:
+        return lock
+    rootfs = debootstrap(p.cache / "base", fresh=fresh)
+    packages = dpkg_packages(rootfs)
+    out = p.cache / "base" / "rootfs.tar"
+    log("normalizing the rootfs into a reproducible tar")
+    sha, size = normalize_rootfs(rootfs, out)
+    if lock and not relock and sha != lock.tar_sha256.removeprefix("sha256:"):
+        changes = diff_packages(lock.packages, packages)
+        what = (
+            ("Debian moved packages since the lock was written:\n    " + "\n    ".join(changes))
+            if changes
+            else (
+                "the package versions are the same, so a file differs (a normalization gap or a different debootstrap)"
+            )
+        )
+        raise ImageBuildError(
+            f"the rebuilt base rootfs (sha256:{sha}) differs from images/base/base.lock "
+            f"({lock.tar_sha256}): {what}\n"
+            "  To accept it: `scripts/build-base --relock`, then rebuild the images (`envreg build`) and commit "
+            "images/base/base.lock.\n  If the cache is stale rather than Debian: `scripts/build-base --fresh`."
+        )
+    log(f"loading {ROOTFS_REPO}:{sha[:12]}... into the engine")
+    image_id = load_rootfs_image(out, sha)
+    out.unlink()
+    new = BaseLock(tar_sha256=f"sha256:{sha}", image_id=image_id, size=size, packages=packages)
+    if lock and not relock and image_id != lock.image_id:
+        raise ImageBuildError(
+            f"the base rootfs image ID {image_id} differs from the lock's {lock.image_id} "
+            "although the tar is identical; relock with `scripts/build-base --relock`"
+        )
+    if relock or lock is None:
+        if lock and lock.dumps() == new.dumps():
+            log("base lock unchanged")
+        else:
+            if lock:
+                for line in diff_packages(lock.packages, packages):
+                    log(f"  {line}")
+            p.base_lock.write_text(new.dumps())
+            log(f"wrote {p.base_lock.relative_to(p.root)}: {new.tar_sha256} ({len(packages)} packages)")
+    return new
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Wheelhouse
+# --------------------------------------------------------------------------------------------------------------
+
+_REQ_LINE = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)\s*(?P<marker>;[^\\-]*)?(?P<rest>.*)$"
+)
+
+
+@dataclass(frozen=True)
+class LockedWheel:
+    name: str
+    version: str
+    hashes: tuple[str, ...]
+    marker: str = ""
+
+
+def canonical_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_requirements_lock(text: str) -> list[LockedWheel]:
+    """Parse `pkg==ver [; marker] --hash=sha256:...` lines (with `\\` continuations and comments)."""
+    joined = re.sub(r"\\\s*\n", " ", text)
+    out = []
+    for raw in joined.splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _REQ_LINE.match(line)
+        if not m:
+            raise ValueError(f"requirements lock: cannot parse {raw.strip()!r}")
+        hashes = tuple(re.findall(r"--hash=sha256:([0-9a-f]{64})", line))
+        if not hashes:
+            raise ValueError(f"requirements lock: {m['name']} has no --hash")
+        out.append(
+            LockedWheel(
+                canonical_name(m["name"]), m["version"], hashes, (m["marker"] or "").strip("; ").strip()
+            )
+        )
+    return out
+
+
+def format_requirements_lock(wheels: list[LockedWheel], header: str) -> str:
+    lines = [header.rstrip()]
+    for w in sorted(wheels, key=lambda w: w.name):
+        marker = f" ; {w.marker}" if w.marker else ""
+        lines.append(f"{w.name}=={w.version}{marker} \\")
+        lines += [
+            f"    --hash=sha256:{h}" + (" \\" if i < len(w.hashes) - 1 else "")
+            for i, h in enumerate(w.hashes)
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def server_requirements(pyproject: Path) -> list[str]:
+    """The pyproject `dependencies` the environment server needs (all but the host-only ones)."""
+    import tomllib
+
+    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    return [
+        d
+        for d in deps
+        if canonical_name(re.split(r"[\s=<>!~;\[]", d, maxsplit=1)[0]) not in EXCLUDED_DEPENDENCIES
+    ]
+
+
+def _pip(*args: str) -> list[str]:
+    """Host pip with the machine's config ignored (it adds local indexes and constraints) but its CA kept."""
+    cmd = [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "--no-input"]
+    ca = os.environ.get("PIP_CERT") or (
+        "/etc/ssl/certs/ca-certificates.crt" if Path("/etc/ssl/certs/ca-certificates.crt").is_file() else ""
+    )
+    if ca:
+        cmd += ["--cert", ca]
+    return [*cmd, *args]
+
+
+_WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-.*\.whl$")
+
+
+def lock_wheels(p: Paths | None = None) -> list[LockedWheel]:
+    """Resolve the server's dependencies on PyPI (binary wheels for this python/platform) and write
+    images/base/requirements.lock."""
+    p = p or paths()
+    reqs = server_requirements(p.root / "pyproject.toml")
+    markers = {
+        canonical_name(re.split(r"[\s=<>!~;\[]", r, maxsplit=1)[0]): r.split(";", 1)[1].strip()
+        for r in reqs
+        if ";" in r
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        run(_pip("download", "--only-binary=:all:", "-d", tmp, *reqs), stdout=subprocess.DEVNULL)
+        wheels = []
+        for f in sorted(Path(tmp).iterdir()):
+            m = _WHEEL_NAME.match(f.name)
+            if not m:
+                raise ImageBuildError(f"pip downloaded a non-wheel {f.name}")
+            name = canonical_name(m["name"])
+            wheels.append(LockedWheel(name, m["version"], (sha256_file(f),), markers.get(name, "")))
+    pyver = ".".join(map(str, sys.version_info[:2]))
+    header = (
+        "# Generated by `scripts/lock-wheels` from pyproject.toml `dependencies` (minus: "
+        f"{', '.join(sorted(EXCLUDED_DEPENDENCIES))}).\n"
+        f"# Binary wheels for CPython {pyver} linux x86_64 (the base image's python3 is Debian {SUITE}'s).\n"
+        "# Installed offline in the image: pip install --no-index --require-hashes -r requirements.lock"
+    )
+    p.requirements_lock.write_text(format_requirements_lock(wheels, header))
+    log(f"wrote {p.requirements_lock.relative_to(p.root)} ({len(wheels)} wheels)")
+    return wheels
+
+
+def wheel_files(locked: list[LockedWheel], wheelhouse: Path) -> dict[str, Path]:
+    """Locked name -> the wheel file in the wheelhouse whose sha256 is locked (only those that are present)."""
+    found: dict[str, Path] = {}
+    if not wheelhouse.is_dir():
+        return found
+    by_name: dict[str, list[Path]] = {}
+    for f in wheelhouse.glob("*.whl"):
+        if m := _WHEEL_NAME.match(f.name):
+            by_name.setdefault(canonical_name(m["name"]), []).append(f)
+    for w in locked:
+        for f in by_name.get(w.name, []):
+            if _WHEEL_NAME.match(f.name)["version"] == w.version and sha256_file(f) in w.hashes:  # type: ignore[index]
+                found[w.name] = f
+    return found
+
+
+def fetch_wheelhouse(p: Paths | None = None) -> dict[str, Path]:
+    """Download every locked wheel (hash-checked) into .cache/wheelhouse; a no-op when all are there."""
+    p = p or paths()
+    if not p.requirements_lock.is_file():
+        raise ImageBuildError(f"{p.requirements_lock} is missing: create it with `scripts/lock-wheels`")
+    locked = parse_requirements_lock(p.requirements_lock.read_text())
+    have = wheel_files(locked, p.wheelhouse)
+    if len(have) < len(locked):
+        missing = [w.name for w in locked if w.name not in have]
+        log(
+            f"wheelhouse: downloading {len(missing)} locked wheels ({', '.join(missing[:6])}{'...' if len(missing) > 6 else ''})"
+        )
+        p.wheelhouse.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            _pip(
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--require-hashes",
+                "-d",
+                str(p.wheelhouse),
+                "-r",
+                str(p.requirements_lock),
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if proc.returncode:
+            raise ImageBuildError(
+                "downloading the locked wheels failed (is PyPI reachable? did the lock go stale? "
+                f"`scripts/lock-wheels` relocks):\n{proc.stderr.strip()[-2000:]}"
+            )
+        have = wheel_files(locked, p.wheelhouse)
+        if len(have) < len(locked):
+            raise ImageBuildError(f"wheelhouse still lacks {sorted(set(w.name for w in locked) - set(have))}")
+    return have
+
+
+def _tree_digest(root: Path, patterns: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for pat in patterns:
+        for f in sorted(root.glob(pat)):
+            if f.is_file() and "__pycache__" not in f.parts:
+                h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def build_envreg_wheel(p: Paths | None = None) -> Path:
+    """`pip wheel --no-deps .` on the host, reproducibly (fixed SOURCE_DATE_EPOCH) and only when the source
+    changed; returns the wheel path under .cache/wheelhouse/envreg/."""
+    p = p or paths()
+    key = _tree_digest(p.root, ("pyproject.toml", "envreg/**/*.py", "envreg/**/*.json", "envreg/**/*.typed"))[
+        :16
+    ]
+    out = p.wheelhouse / "envreg"
+    stamp = out / "source.sha256"
+    wheels = sorted(out.glob("envreg-*.whl"))
+    if stamp.is_file() and stamp.read_text().strip() == key and len(wheels) == 1:
+        return wheels[0]
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    log("building the envreg wheel")
+    with tempfile.TemporaryDirectory() as tmp:
+        # build from a clean copy so that build/ and egg-info leftovers never leak in
+        src = Path(tmp) / "src"
+        shutil.copytree(
+            p.root,
+            src,
+            ignore=shutil.ignore_patterns(
+                ".git",
+                ".venv",
+                ".cache",
+                "images",
+                "manifests",
+                "tests",
+                "bench",
+                "build",
+                "dist",
+                "*.egg-info",
+                "__pycache__",
+                ".pytest_cache",
+                ".ruff_cache",
+                "node_modules",
+            ),
+        )
+        env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}
+        proc = subprocess.run(
+            _pip("wheel", "--no-deps", "-w", str(out), str(src)),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    if proc.returncode:
+        raise ImageBuildError(f"pip wheel of envreg failed:\n{proc.stderr.strip()[-2000:]}")
+    stamp.write_text(key + "\n")
+    return sorted(out.glob("envreg-*.whl"))[0]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Bake: staged contexts and the generated variables file
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _sync_dir(dst: Path, files: dict[str, bytes | Path], epoch: int) -> None:
+    """Make `dst` hold exactly `files` (relative path -> bytes or source file), mtimes fixed to `epoch`."""
+    wanted = set(files)
+    if dst.exists():
+        for f in sorted(dst.rglob("*"), reverse=True):
+            rel = str(f.relative_to(dst))
+            if f.is_file() and rel not in wanted:
+                f.unlink()
+            elif f.is_dir() and not any(f.iterdir()):
+                f.rmdir()
+    for rel, src in files.items():
+        target = dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = src.read_bytes() if isinstance(src, Path) else src
+        if not target.is_file() or target.read_bytes() != data:
+            target.write_bytes(data)
+        mode = (src.stat().st_mode & 0o777) if isinstance(src, Path) else 0o644
+        os.chmod(target, mode | 0o444)
+    for f in [dst, *dst.rglob("*")]:
+        os.utime(f, (epoch, epoch), follow_symlinks=False)
+
+
+def stage_base(p: Paths, epoch: int) -> Path:
+    """`.cache/bake/base/`: Dockerfile, requirements.lock and the wheels, the whole context of `base`."""
+    wheels = fetch_wheelhouse(p)
+    envreg_whl = build_envreg_wheel(p)
+    files: dict[str, bytes | Path] = {
+        "Dockerfile": p.base_dir / "Dockerfile",
+        "requirements.lock": p.requirements_lock,
+        f"envreg/{envreg_whl.name}": envreg_whl,
+    }
+    for f in wheels.values():
+        files[f"wheels/{f.name}"] = f
+    dst = p.stage / "base"
+    _sync_dir(dst, files, epoch)
+    return dst
+
+
+_ENV_IGNORE = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
+
+
+def stage_env(p: Paths, name: str, folder: Path, manifest: Path, epoch: int) -> Path:
+    """`.cache/bake/env/<name>/`: Dockerfile, env/ (the environment folder) and manifest.json."""
+    files: dict[str, bytes | Path] = {"Dockerfile": p.base_dir / "env.Dockerfile", "manifest.json": manifest}
+    for f in sorted(folder.rglob("*")):
+        rel = f.relative_to(folder)
+        if f.is_file() and not any(part in _ENV_IGNORE or part.endswith(".pyc") for part in rel.parts):
+            files[f"env/{rel}"] = f
+    dst = p.stage / "env" / name
+    _sync_dir(dst, files, epoch)
+    return dst
+
+
+@dataclass(frozen=True)
+class EnvImage:
+    """What the bake file needs to know about one environment image."""
+
+    name: str
+    version: str
+    description: str
+    manifest_digest: str
+
+    @property
+    def tag(self) -> str:
+        return f"{IMAGE_PREFIX}{self.name}:{self.version}"
+
+
+def git_facts(root: Path) -> tuple[str, int | None, str]:
+    """(revision, commit time, source url) of the checkout; empty/None where not a git checkout."""
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    rev = git("rev-parse", "HEAD")
+    ct = git("log", "-1", "--format=%ct")
+    url = git("config", "--get", "remote.origin.url")
+    return rev, int(ct) if ct.isdigit() else None, url
+
+
+def source_date_epoch(root: Path) -> int:
+    """`$SOURCE_DATE_EPOCH`, else the last commit's time, else 0."""
+    if (v := os.environ.get("SOURCE_DATE_EPOCH", "")).isdigit():
+        return int(v)
+    return git_facts(root)[1] or 0
+
+
+def bake_vars(
+    envs: list[EnvImage], *, lock: BaseLock, epoch: int, version: str, revision: str, source: str, stage: Path
+) -> dict[str, Any]:
+    """The generated bake variables file (JSON), passed after docker-bake.hcl and the base lock."""
+    created = dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    variables = {
+        "BASE_IMAGE": lock.image,
+        "SOURCE_DATE_EPOCH": str(epoch),
+        "CREATED": created,
+        "VERSION": version,
+        "REVISION": revision,
+        "SOURCE": source,
+        "STAGE": str(stage),
+        "ENVS": [
+            {
+                "name": e.name,
+                "version": e.version,
+                "description": e.description,
+                "manifest_digest": e.manifest_digest,
+            }
+            for e in envs
+        ],
+    }
+    return {"variable": {k: {"default": v} for k, v in variables.items()}}
+
+
+def bake_command(
+    p: Paths, vars_file: Path, targets: list[str], *, progress: str = "plain", extra: list[str] | None = None
+) -> list[str]:
+    return [
+        "docker",
+        "buildx",
+        "bake",
+        "--load",
+        f"--progress={progress}",
+        "-f",
+        str(p.bake_file),
+        "-f",
+        str(p.base_lock),
+        "-f",
+        str(vars_file),
+        *(extra or []),
+        *targets,
+    ]
+
+
+def envreg_version(root: Path) -> str:
+    import tomllib
+
+    return tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# `python -m envreg.images` (scripts/build-base, scripts/lock-wheels)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="envreg-images")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser(
+        "build-base", help="Build (or verify) the pinned base rootfs and load it into the engine."
+    )
+    b.add_argument(
+        "--relock", action="store_true", help="Write images/base/base.lock from what Debian gives now."
+    )
+    b.add_argument("--fresh", action="store_true", help="Ignore the cached debootstrap rootfs.")
+    sub.add_parser(
+        "lock-wheels", help="Resolve the server dependencies and write images/base/requirements.lock."
+    )
+    sub.add_parser(
+        "wheelhouse", help="Download the locked wheels into .cache/wheelhouse and build the envreg wheel."
+    )
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "build-base":
+            from envreg.docker_engine import require_engine
+
+            require_engine(buildx=False)
+            lock = build_base_rootfs(relock=args.relock, fresh=args.fresh)
+            print(
+                f"{lock.image} {lock.image_id} ({lock.size / 1e6:.0f} MB tar, {len(lock.packages)} packages)"
+            )
+        elif args.cmd == "lock-wheels":
+            lock_wheels()
+        elif args.cmd == "wheelhouse":
+            have = fetch_wheelhouse()
+            whl = build_envreg_wheel()
+            print(f"{len(have)} locked wheels + {whl.name} in {paths().wheelhouse}")
+    except ImageBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if type(exc).__name__ == "EngineUnavailable":
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
