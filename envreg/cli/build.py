@@ -222,6 +222,10 @@ def build(
         if mdigest and label != mdigest:
             err.print(f"[red]error:[/] {tag} carries manifest digest {label!r}, expected {mdigest}")
             raise typer.Exit(1)
+        if mdigest:
+            from envreg.registry import record_image
+
+            record_image(info["Id"], "built", tag=False)
         rows.append(
             {
                 "name": name,

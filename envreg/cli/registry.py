@@ -1,0 +1,436 @@
+"""Registry commands: push, pull, search, ls, inspect, rm, lock, save, load.
+
+Errors read `error: ...` then `hint: ...` (what to do) on stderr, exit status 1; long operations show rich
+progress on stderr; `--json` prints machine-readable results on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+REGISTRY_HELP = "Registry HOST[:PORT] (default: $ENVREG_REGISTRY)."
+NAMESPACE_HELP = "Repository namespace in the registry: <registry>/<namespace>/<name>."
+
+RegistryOpt = Annotated[str | None, typer.Option("--registry", "-r", help=REGISTRY_HELP)]
+NamespaceOpt = Annotated[str, typer.Option("--namespace", help=NAMESPACE_HELP)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    """Turn registry/engine failures into `error:` + `hint:` lines and exit status 1."""
+    from envreg.registry.errors import RegistryError
+
+    try:
+        yield
+    except RegistryError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        if exc.hint:
+            err.print(f"[dim]hint:[/] {escape(exc.hint)}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    except LookupError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+@contextmanager
+def progress(label: str, *, quiet: bool = False) -> Iterator[Callable[[dict[str, Any]], None] | None]:
+    """A rich progress display fed by engine events ({id, status, progressDetail}) or byte counts."""
+    if quiet or (not err.is_terminal and not _force_progress()):
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TransferSpeedColumn,
+    )
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def on(ev: dict[str, Any]) -> None:
+            key = ev.get("id") or ev.get("status") or label
+            detail = ev.get("progressDetail") or {}
+            current = detail.get("current", ev.get("current"))
+            total = detail.get("total", ev.get("total"))
+            desc = f"{label} {key[:12]}: {ev.get('status', '')}"
+            if key not in tasks:
+                tasks[key] = bar.add_task(desc, total=total)
+            bar.update(tasks[key], description=desc, completed=current or 0, total=total)
+
+        yield on
+
+
+def _force_progress() -> bool:
+    import os
+
+    return os.environ.get("ENVREG_PROGRESS") == "1"
+
+
+def _short(d: str | None) -> str:
+    return (d or "").removeprefix("sha256:")[:12]
+
+
+def _dump(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------ commands
+
+
+def push(
+    ref: Annotated[str, typer.Argument(help="NAME[:VERSION] from the local index.")],
+    registry: RegistryOpt = None,
+    namespace: NamespaceOpt = "envreg",
+    force: Annotated[
+        bool, typer.Option("--force", help="Move an existing remote tag to this image.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Push an environment to an OCI registry (then pull it anywhere by digest)."""
+    from envreg.registry import ops
+
+    with errors():
+        reg = ops.default_registry(registry)
+        if not reg:
+            from envreg.registry.errors import RegistryError
+
+            raise RegistryError(
+                "no registry to push to", "pass --registry HOST[:PORT] or set ENVREG_REGISTRY"
+            )
+        with progress("push") as on:
+            res = ops.push(ref, reg, namespace=namespace, force=force, progress=on)
+    if as_json:
+        _dump(
+            {
+                "name": res.record.name,
+                "version": res.record.version,
+                "repository": res.repository,
+                "tag": res.tag,
+                "digest": res.digest,
+                "image_id": res.record.image_id,
+                "manifest_digest": res.record.manifest_digest,
+            }
+        )
+        return
+    out.print(f"pushed {res.record.ref} -> {res.repository}:{res.tag}")
+    out.print(
+        f"  digest {res.digest}  (pull with `envreg pull {res.record.name}@{res.digest} --registry {reg}`)"
+    )
+
+
+def pull(
+    refs: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="NAME[:VERSION|@sha256:...] or HOST/REPO[:TAG][@sha256:...]; none with --locked."
+        ),
+    ] = None,
+    registry: RegistryOpt = None,
+    namespace: NamespaceOpt = "envreg",
+    locked: Annotated[bool, typer.Option("--locked", help="Install exactly what the lockfile pins.")] = False,
+    lockfile: Annotated[Path, typer.Option("--lockfile", help="Lockfile path.")] = Path("envreg.lock"),
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Allow replacing a recorded version with another image.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Pull environments by digest, verifying image and manifest digests; a mismatch records nothing."""
+    from envreg.registry import ops
+    from envreg.registry.lockfile import Lockfile
+
+    results = []
+    with errors():
+        if locked:
+            lock = Lockfile.read(lockfile)
+            if refs:
+                wanted = set(refs)
+                lock = Lockfile([e for e in lock.environments if e.name in wanted or e.ref in wanted])
+            with progress("pull") as on:
+                results = ops.pull_locked(lock, progress=on)
+        else:
+            if not refs:
+                raise ValueError("name at least one environment (or pass --locked)")
+            for ref in refs:
+                with progress("pull") as on:
+                    results.append(ops.pull(ref, registry, namespace=namespace, replace=replace, progress=on))
+    if as_json:
+        _dump([{**_record_json(r.record), "transferred": r.transferred} for r in results])
+        return
+    for r in results:
+        how = "pulled" if r.transferred else "up to date"
+        out.print(
+            f"{how} {r.record.ref} image {_short(r.record.image_id)} manifest {_short(r.record.manifest_digest)}"
+            + (f" from {r.record.repo_digest}" if r.record.repo_digest else "")
+        )
+
+
+def search(
+    text: Annotated[str, typer.Argument(help="Text to find in names, descriptions and tool names.")],
+    registry: RegistryOpt = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", help="Only repositories under it.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find environments in the local index and a registry (metadata only, nothing pulled)."""
+    from envreg.registry import ops
+
+    with errors():
+        hits = ops.search(text, registry, namespace=namespace)
+    if as_json:
+        _dump([h.to_json() for h in hits])
+        return
+    if not hits:
+        err.print(f"no environment matches {text!r}")
+        raise typer.Exit(1)
+    table = Table(box=None, pad_edge=False)
+    for col in ("NAME", "VERSION", "WHERE", "MATCHED", "DESCRIPTION"):
+        table.add_column(col)
+    for h in hits:
+        desc = h.description if len(h.description) <= 60 else h.description[:57] + "..."
+        table.add_row(h.name, h.version, h.where, ", ".join(h.matched), desc)
+    out.print(table)
+
+
+def ls(as_json: JsonOpt = False) -> None:
+    """List the environments in the local index."""
+    from envreg.registry import engine
+    from envreg.registry.index import LocalIndex
+
+    with errors():
+        records = LocalIndex().list()
+        present: dict[str, bool] = {}
+        try:
+            for r in records:
+                present[r.image_id] = engine.image_info(r.image_id) is not None
+        except Exception:
+            present = {}
+    if as_json:
+        _dump([{**_record_json(r, manifest=False), "present": present.get(r.image_id)} for r in records])
+        return
+    if not records:
+        err.print("the local index is empty (envreg build / envreg pull / envreg load fill it)")
+        return
+    table = Table(box=None, pad_edge=False)
+    for col in ("NAME", "VERSION", "IMAGE", "MANIFEST", "SOURCE", "CREATED", "REGISTRY"):
+        table.add_column(col)
+    for r in records:
+        image = _short(r.image_id)
+        if present and not present.get(r.image_id):
+            image += " (missing)"
+        table.add_row(
+            r.name,
+            r.version,
+            image,
+            _short(r.manifest_digest),
+            r.source,
+            r.created,
+            (r.repo_digest or "").split("@")[0],
+        )
+    out.print(table)
+
+
+def inspect(
+    ref: Annotated[str, typer.Argument(help="NAME[:VERSION|@sha256:...].")],
+    registry: Annotated[
+        str | None,
+        typer.Option("--registry", "-r", help="Inspect in this registry instead (nothing pulled)."),
+    ] = None,
+    namespace: NamespaceOpt = "envreg",
+    as_json: JsonOpt = False,
+) -> None:
+    """Show an environment: manifest, tools and state schema."""
+    from envreg.registry.index import LocalIndex
+
+    with errors():
+        if registry:
+            manifest, meta = _remote_manifest(ref, registry, namespace)
+        else:
+            rec = LocalIndex().resolve(ref)
+            manifest = rec.load_manifest()
+            meta = _record_json(rec, manifest=False)
+    if as_json:
+        _dump({**meta, "manifest": manifest.to_json()})
+        return
+    out.print(f"[bold]{manifest.name}[/] {manifest.version}  ({manifest.domain})")
+    out.print(manifest.description)
+    for k, v in meta.items():
+        out.print(f"  {k}: {v}")
+    out.print(f"  scenarios: {manifest.scenarios}, rejected states: {manifest.rejected_states}")
+    rt = manifest.runtime
+    out.print(
+        f"  runtime: agent port {rt.agent_port}, control port {rt.control_port}, user {rt.user}, "
+        f"network {rt.network}"
+    )
+    tools = Table(title=f"tools ({len(manifest.tools)})", box=None, pad_edge=False, title_justify="left")
+    tools.add_column("TOOL", no_wrap=True)
+    for col in ("ARGUMENTS", "HINTS", "DESCRIPTION"):
+        tools.add_column(col)
+    for t in manifest.tools:
+        props = t.input_schema.get("properties") or {}
+        required = set(t.input_schema.get("required") or [])
+        args = ", ".join(f"{a}{'' if a in required else '?'}" for a in props)
+        hints = ",".join(
+            k.removesuffix("Hint").replace("readOnly", "read-only") for k, v in t.annotations.items() if v
+        )
+        tools.add_row(t.name, args, hints, t.description.splitlines()[0] if t.description else "")
+    out.print(tools)
+    schema = manifest.state_schema
+    state = Table(
+        title=f"state schema ({schema.get('title', '')})", box=None, pad_edge=False, title_justify="left"
+    )
+    for col in ("FIELD", "TYPE", "DESCRIPTION"):
+        state.add_column(col)
+    for field_name, spec in (schema.get("properties") or {}).items():
+        state.add_row(field_name, _type_of(spec), spec.get("description", ""))
+    out.print(state)
+    if manifest.volatile:
+        out.print(f"  volatile paths: {', '.join(manifest.volatile)}")
+
+
+def _type_of(spec: dict) -> str:
+    if "$ref" in spec:
+        return spec["$ref"].rsplit("/", 1)[-1]
+    if "anyOf" in spec:
+        return " | ".join(_type_of(s) for s in spec["anyOf"])
+    t = spec.get("type", "?")
+    if t == "object" and isinstance(spec.get("additionalProperties"), dict):
+        return f"map[{_type_of(spec['additionalProperties'])}]"
+    if t == "array" and isinstance(spec.get("items"), dict):
+        return f"list[{_type_of(spec['items'])}]"
+    return str(t) + (f" ({spec['format']})" if "format" in spec else "")
+
+
+def _remote_manifest(ref: str, registry: str, namespace: str):
+    from envreg.registry import ops
+    from envreg.registry.client import RegistryClient
+    from envreg.registry.errors import NotFound
+    from envreg.registry.index import LocalIndex
+    from envreg.registry.refs import EnvRef, remote_for
+
+    env = EnvRef.parse(ref)
+    remote = remote_for(env, registry, namespace)
+    with RegistryClient(remote.registry) as rc:
+        if env.digest:
+            mdigest, _ = ops._find_by_digest(rc, remote.repository, env.digest)
+            reference = mdigest
+        else:
+            reference = env.version or ops._newest_tag(rc, remote.repository)
+        img = rc.image(remote.repository, reference)
+        manifest = ops.remote_manifest(rc, img, LocalIndex())
+    if manifest is None:
+        raise NotFound(f"{remote.repo}:{reference}: no verifiable environment manifest in the image")
+    return manifest, {
+        "repository": remote.repo,
+        "repo_digest": f"{remote.repo}@{img.digest}",
+        "image_id": img.config_digest,
+        "manifest_digest": manifest.digest,
+    }
+
+
+def rm(
+    refs: Annotated[list[str], typer.Argument(help="NAME (every version) or NAME:VERSION.")],
+    keep_image: Annotated[bool, typer.Option("--keep-image", help="Only forget the index record.")] = False,
+) -> None:
+    """Remove environments from the local index and untag their images."""
+    from envreg.registry import ops
+
+    with errors():
+        for ref in refs:
+            for r in ops.rm(ref, keep_image=keep_image):
+                out.print(f"removed {r.ref} (image {_short(r.image_id)})")
+
+
+def lock(
+    names: Annotated[list[str], typer.Argument(help="Environments to pin: NAME[:VERSION|@sha256:...].")],
+    registry: Annotated[
+        str | None,
+        typer.Option("--registry", "-r", help="Pin what the registry serves (default: the local index)."),
+    ] = None,
+    namespace: NamespaceOpt = "envreg",
+    output: Annotated[Path, typer.Option("--output", "-o", help="Lockfile path.")] = Path("envreg.lock"),
+) -> None:
+    """Pin a suite of environments by image and manifest digest in envreg.lock."""
+    from envreg.registry import ops
+
+    with errors():
+        lockfile = ops.lock(names, registry, namespace=namespace)
+        lockfile.write(output)
+    for e in lockfile.environments:
+        where = f" from {e.repository}@{_short(e.repo_digest)}" if e.pull_ref else " (not pushed: local only)"
+        out.print(f"locked {e.ref} image {_short(e.image_id)} manifest {_short(e.manifest_digest)}{where}")
+    out.print(f"wrote {output}")
+
+
+def save(
+    names: Annotated[list[str], typer.Argument(help="Environments to save.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Archive path (a tar file).")],
+) -> None:
+    """Save environments (images, manifests, lock) into one archive for air-gapped hosts."""
+    from envreg.registry import ops
+
+    with errors(), progress("save") as on:
+        lockfile = ops.save(names, output, progress=on)
+    size = output.stat().st_size
+    out.print(f"saved {', '.join(e.ref for e in lockfile.environments)} to {output} ({size / 1e6:.1f} MB)")
+
+
+def load(
+    archive: Annotated[Path, typer.Argument(help="An archive written by `envreg save`.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Load an archive; every digest is verified before anything is recorded."""
+    from envreg.registry import ops
+
+    with errors(), progress("load") as on:
+        records = ops.load(archive, progress=on)
+    if as_json:
+        _dump([_record_json(r, manifest=False) for r in records])
+        return
+    for r in records:
+        out.print(f"loaded {r.ref} image {_short(r.image_id)} manifest {_short(r.manifest_digest)}")
+
+
+def _record_json(r, manifest: bool = True) -> dict[str, Any]:
+    data = r.to_json()
+    if not manifest:
+        data.pop("manifest", None)
+    return data
+
+
+def register(app: typer.Typer) -> None:
+    app.command("push")(push)
+    app.command("pull")(pull)
+    app.command("search")(search)
+    app.command("ls")(ls)
+    app.command("inspect")(inspect)
+    app.command("rm")(rm)
+    app.command("lock")(lock)
+    app.command("save")(save)
+    app.command("load")(load)

@@ -1,0 +1,223 @@
+"""The Docker engine side: image labels, the manifest file inside an image, tags, push/pull streams.
+
+Everything goes through the Docker SDK for Python (`docker`); the engine moves the blobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tarfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from envreg.manifest import Manifest
+from envreg.registry.errors import NotFound, RegistryError, VerificationError
+
+LABEL_NAME = "io.envreg.name"
+LABEL_VERSION = "io.envreg.version"
+LABEL_MANIFEST = "io.envreg.manifest.digest"
+LABEL_TOOLS = "io.envreg.tools"  # optional: comma-separated tool names (lets search skip the manifest fetch)
+MANIFEST_PATH = "/env/manifest.json"
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+def client():
+    """A Docker SDK client for the engine (`DOCKER_HOST` etc. honoured)."""
+    return _client()
+
+
+@lru_cache(maxsize=1)
+def _client():
+    import docker
+
+    try:
+        c = docker.from_env(timeout=600)
+        c.ping()
+    except Exception as exc:
+        raise RegistryError(
+            f"the Docker engine is not reachable ({exc.__class__.__name__}: {exc})",
+            "start it with `scripts/setup-docker` (as root), or point DOCKER_HOST at a running engine",
+        ) from None
+    return c
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str  # the image ID: sha256 of the config blob, stable across push/pull/save/load
+    tags: list[str]
+    repo_digests: list[str]
+    labels: dict[str, str]
+    env: list[str]
+    size: int
+
+    @property
+    def name(self) -> str | None:
+        return self.labels.get(LABEL_NAME)
+
+    @property
+    def version(self) -> str | None:
+        return self.labels.get(LABEL_VERSION)
+
+    @property
+    def manifest_digest(self) -> str | None:
+        return self.labels.get(LABEL_MANIFEST)
+
+    @property
+    def manifest_path(self) -> str:
+        for item in self.env:
+            if item.startswith("ENVREG_MANIFEST="):
+                return item.split("=", 1)[1]
+        return MANIFEST_PATH
+
+
+def image_info(ref: str) -> ImageInfo | None:
+    """Inspect a local image by ID, tag or `repo@digest`; None when the engine does not have it."""
+    import docker.errors
+
+    try:
+        attrs = client().api.inspect_image(ref)
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.APIError as exc:
+        if exc.status_code == 404:
+            return None
+        raise
+    cfg = attrs.get("Config") or {}
+    return ImageInfo(
+        id=attrs["Id"],
+        tags=list(attrs.get("RepoTags") or []),
+        repo_digests=list(attrs.get("RepoDigests") or []),
+        labels=dict(cfg.get("Labels") or {}),
+        env=list(cfg.get("Env") or []),
+        size=int(attrs.get("Size") or 0),
+    )
+
+
+def require_image(ref: str) -> ImageInfo:
+    info = image_info(ref)
+    if info is None:
+        raise NotFound(
+            f"the Docker engine has no image {ref}", "build it (`envreg build`) or pull it (`envreg pull`)"
+        )
+    return info
+
+
+def read_file(image: str, path: str, limit: int = 16 << 20) -> bytes:
+    """A file's bytes from an image, without running it (create a container, copy, remove)."""
+    import docker.errors
+
+    c = client()
+    container = c.api.create_container(image, command=["true"], entrypoint=[], network_disabled=True)
+    try:
+        try:
+            stream, _stat = c.api.get_archive(container["Id"], path)
+        except docker.errors.NotFound:
+            raise VerificationError(f"image {image} has no {path}") from None
+        data = b"".join(stream)
+    finally:
+        c.api.remove_container(container["Id"], force=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = tar.next()
+        if member is None or not member.isfile() or member.size > limit:
+            raise VerificationError(f"image {image}: {path} is not a regular file")
+        f = tar.extractfile(member)
+        assert f is not None
+        return f.read()
+
+
+def verified_manifest(info: ImageInfo, ref: str | None = None) -> Manifest:
+    """Read the manifest from the image and check it against itself and against the image's labels.
+
+    Raises `VerificationError` naming the first mismatch."""
+    what = ref or info.id
+    if not info.name or not info.version or not info.manifest_digest:
+        missing = [k for k in (LABEL_NAME, LABEL_VERSION, LABEL_MANIFEST) if not info.labels.get(k)]
+        raise VerificationError(
+            f"{what} is not an envreg environment image (no {', '.join(missing)} label)",
+            "environment images are built with `envreg build`",
+        )
+    raw = read_file(info.id, info.manifest_path)
+    try:
+        manifest = Manifest.loads(raw)
+    except ValueError as exc:
+        raise VerificationError(f"{what}: {info.manifest_path} is not a valid manifest ({exc})") from None
+    try:
+        manifest.verify()
+    except ValueError as exc:
+        raise VerificationError(f"{what}: {exc}") from None
+    if manifest.digest != info.manifest_digest:
+        raise VerificationError(
+            f"{what}: its label {LABEL_MANIFEST}={info.manifest_digest} does not match the manifest it carries "
+            f"({manifest.digest}); the image was altered after it was built"
+        )
+    if (manifest.name, manifest.version) != (info.name, info.version):
+        raise VerificationError(
+            f"{what}: labels say {info.name}:{info.version} but its manifest is {manifest.ref}"
+        )
+    return manifest
+
+
+def tag(image_id: str, ref: str) -> None:
+    repo, _, tag_ = ref.rpartition(":")
+    if "/" in tag_ or not repo:
+        repo, tag_ = ref, "latest"
+    client().api.tag(image_id, repo, tag_, force=True)
+
+
+def untag(ref: str) -> None:
+    """Remove one reference (tag or `repo@digest`); the image goes only when nothing else names it."""
+    import docker.errors
+
+    try:
+        client().api.remove_image(ref, noprune=False)
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if exc.status_code not in (404, 409):
+            raise
+
+
+def remove_image(image_id: str) -> None:
+    """Remove an image and every tag naming it (only for images this process pulled or loaded)."""
+    import docker.errors
+
+    info = image_info(image_id)
+    if info is None:
+        return
+    for ref in [*info.tags, *info.repo_digests]:
+        untag(ref)
+    with contextlib.suppress(docker.errors.APIError):
+        client().api.remove_image(image_id, force=False)
+
+
+def _events(stream: Iterator[dict[str, Any]], progress: Progress | None, what: str) -> list[dict[str, Any]]:
+    events = []
+    for ev in stream:
+        if "error" in ev or "errorDetail" in ev:
+            msg = ev.get("error") or (ev.get("errorDetail") or {}).get("message")
+            raise RegistryError(f"{what} failed: {msg}")
+        events.append(ev)
+        if progress:
+            progress(ev)
+    return events
+
+
+def push(repo: str, tag_: str, auth: dict | None, progress: Progress | None = None) -> str:
+    """Push `repo:tag` through the engine; returns the registry manifest digest it reports."""
+    stream = client().api.push(repo, tag=tag_, stream=True, decode=True, auth_config=auth)
+    events = _events(stream, progress, f"push of {repo}:{tag_}")
+    for ev in events:
+        digest = (ev.get("aux") or {}).get("Digest")
+        if digest:
+            return digest
+    raise RegistryError(f"push of {repo}:{tag_}: the engine did not report a digest")
+
+
+def pull(repo: str, digest: str, auth: dict | None, progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Pull `repo@digest` through the engine (always by digest)."""
+    stream = client().api.pull(repo, tag=digest, stream=True, decode=True, auth_config=auth)
+    return _events(stream, progress, f"pull of {repo}@{digest}")

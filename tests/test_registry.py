@@ -1,0 +1,448 @@
+"""Registry integration: a real CNCF Distribution server (`docker-registry serve`) on 127.0.0.1, the engine.
+
+Every image these tests push, pull, save or load is a tiny derived image (`FROM envreg/<env>:1.0.0` plus a
+test label, so it has an image ID of its own) tagged under a test-only prefix; the shared `envreg/*` images
+are only read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx2
+import pytest
+
+pytestmark = pytest.mark.docker
+
+PREFIX = f"envregtest{uuid.uuid4().hex[:6]}/"
+TOKEN = "t-" + uuid.uuid4().hex[:8]
+ENVREG = [sys.executable, "-m", "envreg.cli.main"]
+ZERO = "sha256:" + "0" * 64
+
+
+def _engine_ok() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def engine():
+    if not _engine_ok():
+        root = Path(__file__).resolve().parent.parent
+        subprocess.run([str(root / "scripts/setup-docker")], check=False, timeout=900)
+    if not _engine_ok():
+        pytest.skip("the Docker engine is not running (scripts/setup-docker)")
+    from envreg.registry.testing import registry_binary
+
+    if not registry_binary():
+        pytest.skip("docker-registry is not installed (apt-get install -y docker-registry)")
+    import docker
+
+    client = docker.from_env()
+    for env in ("calendar", "airline"):
+        try:
+            client.images.get(f"envreg/{env}:1.0.0")
+        except docker.errors.ImageNotFound:
+            pytest.skip(f"envreg/{env}:1.0.0 is not built (envreg build)")
+    return client
+
+
+@pytest.fixture(autouse=True)
+def prefix(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("ENVREG_IMAGE_PREFIX", PREFIX)
+    monkeypatch.delenv("ENVREG_REGISTRY", raising=False)
+    return PREFIX
+
+
+@pytest.fixture
+def registry(engine, tmp_path: Path):
+    from envreg.registry.testing import LocalRegistry
+
+    with LocalRegistry(tmp_path / "registry") as reg:
+        yield reg
+
+
+@pytest.fixture
+def derived(engine):
+    """`derived("calendar", **labels)` -> image ID of `FROM envreg/calendar:1.0.0` + a unique label."""
+    made: list[str] = []
+
+    def make(env: str, tag: str | None = None, **labels: str) -> str:
+        labels = {"io.envreg.test": uuid.uuid4().hex, **labels}
+        dockerfile = f"FROM envreg/{env}:1.0.0\n" + "".join(f'LABEL {k}="{v}"\n' for k, v in labels.items())
+        image, _ = engine.images.build(
+            fileobj=io.BytesIO(dockerfile.encode()), tag=tag or f"{PREFIX}{env}:1.0.0", rm=True, forcerm=True
+        )
+        made.append(image.id)
+        return image.id
+
+    yield make
+    for image_id in made:
+        _remove(engine, image_id)
+
+
+def _remove(client, image_id: str) -> None:
+    import docker
+
+    try:
+        info = client.api.inspect_image(image_id)
+    except docker.errors.ImageNotFound:
+        return
+    for ref in [*(info.get("RepoTags") or []), *(info.get("RepoDigests") or [])]:
+        if ref.startswith("envreg/"):
+            continue  # never touch the shared images
+        with contextlib.suppress(docker.errors.APIError):
+            client.api.remove_image(ref)
+    # Another process's runtime may briefly run any labelled environment image: wait for it to let go.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            client.api.remove_image(image_id, force=True)
+            return
+        except docker.errors.ImageNotFound:
+            return
+        except docker.errors.APIError as exc:
+            if "being used" not in str(exc) or time.monotonic() > deadline:
+                return
+            time.sleep(1)
+
+
+def _present(image_id: str) -> bool:
+    from envreg.registry import engine
+
+    return engine.image_info(image_id) is not None
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [*ENVREG, *args], capture_output=True, text=True, env=os.environ.copy(), timeout=600
+    )
+    if check and proc.returncode:
+        raise AssertionError(
+            f"envreg {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def _engine_push(client, image_id: str, remote_repo: str, tag: str) -> str:
+    """Push an image under any tag with the engine alone (what a careless or hostile publisher does)."""
+    client.api.tag(image_id, remote_repo, tag, force=True)
+    digest = None
+    for ev in client.api.push(remote_repo, tag=tag, stream=True, decode=True):
+        assert "error" not in ev, ev
+        digest = (ev.get("aux") or {}).get("Digest") or digest
+    client.api.remove_image(f"{remote_repo}:{tag}")
+    assert digest
+    return digest
+
+
+@pytest.fixture
+def containers(engine):
+    started = []
+
+    def run(image: str) -> tuple[int, int]:
+        c = engine.containers.run(
+            image,
+            detach=True,
+            ports={"8000/tcp": ("127.0.0.1", None), "8001/tcp": ("127.0.0.1", None)},
+            environment={"ENVREG_TOKEN": TOKEN},
+            labels={"envreg.test": "registry"},
+            read_only=True,
+            tmpfs={"/tmp": "size=16m"},
+        )
+        started.append(c)
+        c.reload()
+        ports = c.attrs["NetworkSettings"]["Ports"]
+        agent, control = int(ports["8000/tcp"][0]["HostPort"]), int(ports["8001/tcp"][0]["HostPort"])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                r = httpx2.get(
+                    f"http://127.0.0.1:{control}/healthz", headers={"authorization": f"Bearer {TOKEN}"}
+                )
+                if r.status_code == 200:
+                    break
+            except httpx2.HTTPError:
+                pass
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"container did not come up:\n{c.logs().decode()[-2000:]}")
+        return agent, control
+
+    yield run
+    for c in started:
+        c.remove(force=True)
+
+
+async def _call_tool(agent_port: int, tool: str, arguments: dict) -> tuple[bool, str, list[str]]:
+    from mcp import Client
+
+    async with Client(f"http://127.0.0.1:{agent_port}/mcp") as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        result = await client.call_tool(tool, arguments)
+        return bool(result.is_error), result.content[0].text, names
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_build_push_remove_pull_by_digest_run(registry, derived, containers, engine) -> None:
+    from envreg.registry import index, ops
+
+    image_id = derived("calendar")
+    built = index.record_image(f"{PREFIX}calendar:1.0.0", "built")
+    assert (
+        built.image_id == image_id
+        and built.source == "built"
+        and built.local_ref == f"{PREFIX}calendar:1.0.0"
+    )
+    assert (
+        built.manifest_digest
+        == json.loads(Path("manifests/calendar.json").read_text())["digests"]["manifest"]
+    )
+
+    pushed = json.loads(_cli("push", "calendar:1.0.0", "--registry", registry.address, "--json").stdout)
+    assert pushed["image_id"] == image_id and pushed["digest"].startswith("sha256:")
+    assert index.resolve("calendar").repo_digest == f"{registry.address}/envreg/calendar@{pushed['digest']}"
+
+    # remove locally: index record, tag and (unique) image
+    _cli("rm", "calendar")
+    _remove(engine, image_id)
+    assert not _present(image_id)
+    with pytest.raises(LookupError, match="calendar"):
+        index.resolve("calendar")
+
+    proc = _cli("pull", f"calendar@{pushed['digest']}", "--registry", registry.address)
+    assert "pulled calendar:1.0.0" in proc.stdout, proc.stdout
+    rec = index.resolve(f"calendar@{image_id}")
+    assert (rec.image_id, rec.source, rec.manifest_digest) == (image_id, "pulled", built.manifest_digest)
+    assert _present(image_id)
+
+    # pulling again transfers nothing (no blob GET at the registry)
+    mark = registry.log_mark()
+    again = ops.pull("calendar:1.0.0", registry.address)
+    assert not again.transferred and again.record.image_id == image_id
+    assert not [r for r in registry.requests_since(mark) if "/blobs/" in r[1]]
+
+    agent, _ = containers(rec.image)
+    is_error, text, tools = await _call_tool(agent, "list_calendars", {})
+    assert not is_error, text
+    assert "cal_" in text and "list_calendars" in tools
+
+
+def test_moved_tag_and_altered_manifest_label_are_refused(registry, derived, engine) -> None:
+    from envreg.registry import VerificationError, index, ops
+
+    repo = f"{registry.address}/envreg/calendar"
+    good = derived("calendar")
+    index.record_image(good, "built")
+    good_digest = ops.push("calendar", registry.address).digest
+
+    # 1. the image's manifest label was altered: the manifest inside no longer matches it
+    bad = derived("calendar", tag=f"{PREFIX}tampered:1", **{"io.envreg.manifest.digest": ZERO})
+    _engine_push(engine, bad, repo, "1.0.0")
+    _remove(engine, bad)
+    before = [r.to_json() for r in index.list_records()]
+    proc = _cli("pull", "calendar:1.0.0", "--registry", registry.address, check=False)
+    assert proc.returncode == 1 and "tag now points at another image" in proc.stderr, proc.stderr
+    # even when replacing the recorded version on purpose, the altered image is refused
+    proc = _cli("pull", "calendar:1.0.0", "--registry", registry.address, "--replace", check=False)
+    assert proc.returncode == 1
+    assert "error:" in proc.stderr and "does not match the manifest it carries" in proc.stderr, proc.stderr
+    assert [r.to_json() for r in index.list_records()] == before
+    assert not _present(bad), "a refused pull must not leave the image behind"
+
+    # 2. the tag moved to another calendar image while this host pins the first one
+    other = derived("calendar", tag=f"{PREFIX}other:1")
+    _engine_push(engine, other, repo, "1.0.0")
+    _remove(engine, other)
+    with pytest.raises(VerificationError, match="tag now points at another image"):
+        ops.pull("calendar:1.0.0", registry.address)
+    assert [r.to_json() for r in index.list_records()] == before
+    assert not _present(other)
+
+    # 3. the tag moved to another environment altogether (caught from registry metadata, before any transfer)
+    airline = derived("airline")
+    _engine_push(engine, airline, repo, "1.0.0")
+    _remove(engine, airline)
+    mark = registry.log_mark()
+    proc = _cli("pull", "calendar:1.0.0", "--registry", registry.address, check=False)
+    assert proc.returncode == 1 and "labelled airline:1.0.0, not calendar" in proc.stderr, proc.stderr
+    assert len([r for r in registry.requests_since(mark) if "/blobs/" in r[1]]) <= 1  # its config, no layer
+    assert [r.to_json() for r in index.list_records()] == before
+    assert not _present(airline)
+
+    # the pinned digest still pulls what was pushed
+    assert ops.pull(f"calendar@{good_digest}", registry.address).record.image_id == good
+
+
+def test_search_by_tool_name_and_inspect(registry, derived, tmp_path: Path, monkeypatch) -> None:
+    from envreg.registry import index, ops
+
+    derived("calendar")
+    derived("airline")
+    index.record_image(f"{PREFIX}calendar:1.0.0", "built")
+    index.record_image(f"{PREFIX}airline:1.0.0", "built")
+    ops.push("calendar", registry.address)
+    ops.push("airline", registry.address)
+    calendar_tools = [t["name"] for t in json.loads(Path("manifests/calendar.json").read_text())["tools"]]
+    tool = "respond_to_invitation" if "respond_to_invitation" in calendar_tools else calendar_tools[-1]
+
+    # an empty local index: the registry alone must answer, from metadata (nothing pulled)
+    monkeypatch.setenv("ENVREG_HOME", str(tmp_path / "elsewhere"))
+    hits = json.loads(_cli("search", tool, "--registry", registry.address, "--json").stdout)
+    assert [(h["name"], h["where"]) for h in hits] == [("calendar", f"{registry.address}/envreg/calendar")]
+    assert f"tool:{tool}" in hits[0]["matched"] and hits[0]["tools"] == calendar_tools
+    assert index.list_records() == []
+
+    table = _cli("search", "calendar", "--registry", registry.address).stdout
+    assert "calendar" in table and "airline" not in table
+
+    shown = _cli("inspect", "calendar", "--registry", registry.address).stdout
+    assert all(t in shown for t in calendar_tools) and "state schema" in shown
+
+    # locally, after a pull
+    ops.pull("calendar", registry.address)
+    shown = _cli("inspect", "calendar").stdout
+    assert all(t in shown for t in calendar_tools)
+    data = json.loads(_cli("inspect", "calendar", "--json").stdout)
+    assert [t["name"] for t in data["manifest"]["tools"]] == calendar_tools
+    assert data["manifest"]["state_schema"]["type"] == "object" and data["source"] == "pulled"
+    assert "calendar" in _cli("ls").stdout
+
+
+@pytest.mark.anyio
+async def test_save_wipe_load_run_and_damaged_archives(derived, containers, engine, tmp_path: Path) -> None:
+    from envreg.registry import index
+
+    cal, air = derived("calendar"), derived("airline")
+    index.record_image(cal, "built")
+    index.record_image(air, "built")
+    archive = tmp_path / "suite.tar"
+    proc = _cli("save", "calendar", "airline", "-o", str(archive))
+    assert "saved" in proc.stdout and archive.stat().st_size > 1_000_000
+
+    # wipe: the index records and the (test-only) images
+    _cli("rm", "calendar", "airline")
+    _remove(engine, cal)
+    _remove(engine, air)
+    assert not _present(cal) and not _present(air) and index.list_records() == []
+
+    # damaged archives are refused before anything is loaded
+    truncated = tmp_path / "truncated.tar"
+    with archive.open("rb") as src:
+        truncated.write_bytes(src.read(archive.stat().st_size // 2))
+    proc = _cli("load", str(truncated), check=False)
+    assert proc.returncode == 1 and "truncated" in proc.stderr and "nothing was loaded" in proc.stderr, (
+        proc.stderr
+    )
+    altered = tmp_path / "altered.tar"
+    shutil.copy(archive, altered)
+    with altered.open("r+b") as f:
+        f.seek(archive.stat().st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    proc = _cli("load", str(altered), check=False)
+    assert proc.returncode == 1 and "does not match its recorded sha256" in proc.stderr, proc.stderr
+    assert index.list_records() == [] and not _present(cal) and not _present(air)
+
+    loaded = json.loads(_cli("load", str(archive), "--json").stdout)
+    assert {(r["name"], r["image_id"], r["source"]) for r in loaded} == {
+        ("calendar", cal, "loaded"),
+        ("airline", air, "loaded"),
+    }
+    rec = index.resolve("calendar")
+    assert rec.image_id == cal and _present(air)
+    agent, _ = containers(rec.image)
+    is_error, text, _tools = await _call_tool(agent, "list_calendars", {})
+    assert not is_error, text
+
+
+def test_lock_then_pull_locked_on_a_clean_state(
+    registry, derived, engine, tmp_path: Path, monkeypatch
+) -> None:
+    from envreg.registry import index, ops
+    from envreg.registry.lockfile import Lockfile
+
+    cal, air = derived("calendar"), derived("airline")
+    index.record_image(cal, "built")
+    index.record_image(air, "built")
+    ops.push("calendar", registry.address)
+    ops.push("airline", registry.address)
+    lockfile = tmp_path / "envreg.lock"
+    _cli("lock", "calendar", "airline", "--registry", registry.address, "-o", str(lockfile))
+    locked = Lockfile.read(lockfile)
+    assert {(e.name, e.image_id) for e in locked.environments} == {("calendar", cal), ("airline", air)}
+    assert locked == Lockfile.read(lockfile)
+    from_index = tmp_path / "from-index.lock"
+    _cli("lock", "calendar", "airline", "-o", str(from_index))
+    assert Lockfile.read(from_index).to_json() == locked.to_json()
+
+    # clean state: a new ENVREG_HOME and none of the images
+    monkeypatch.setenv("ENVREG_HOME", str(tmp_path / "clean-home"))
+    _remove(engine, cal)
+    _remove(engine, air)
+    # the tag moves afterwards: --locked must not care (it pulls by digest)
+    moved = derived("calendar", tag=f"{PREFIX}moved:1")
+    _engine_push(engine, moved, f"{registry.address}/envreg/calendar", "1.0.0")
+    _remove(engine, moved)
+
+    _cli("pull", "--locked", "--lockfile", str(lockfile))
+    got = {r.name: (r.image_id, r.manifest_digest) for r in index.list_records()}
+    assert got == {e.name: (e.image_id, e.manifest_digest) for e in locked.environments}
+    assert _present(cal) and _present(air) and not _present(moved)
+
+    # a lockfile whose pin the registry does not serve is refused, and nothing changes
+    bad = json.loads(lockfile.read_text())
+    bad["environments"][0]["image_id"] = ZERO
+    lockfile.write_text(json.dumps(bad))
+    before = [r.to_json() for r in index.list_records()]
+    proc = _cli("pull", "--locked", "--lockfile", str(lockfile), check=False)
+    assert proc.returncode == 1 and "is not the locked" in proc.stderr, proc.stderr
+    assert [r.to_json() for r in index.list_records()] == before
+
+
+def test_basic_auth_registry(engine, derived, tmp_path: Path, monkeypatch) -> None:
+    from envreg.registry import AuthError, index, ops
+    from envreg.registry.testing import LocalRegistry
+
+    with LocalRegistry(tmp_path / "auth-registry", users={"alice": "s3cret"}) as reg:
+        derived("calendar")
+        index.record_image(f"{PREFIX}calendar:1.0.0", "built")
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+        with pytest.raises(AuthError, match="refused access anonymously"):
+            ops.search("calendar", reg.address)
+        monkeypatch.setenv("ENVREG_REGISTRY_USERNAME", "alice")
+        monkeypatch.setenv("ENVREG_REGISTRY_PASSWORD", "wrong")
+        with pytest.raises(AuthError, match="refused access as 'alice'"):
+            ops.search("calendar", reg.address)
+        monkeypatch.setenv("ENVREG_REGISTRY_PASSWORD", "s3cret")
+        pushed = ops.push("calendar", reg.address)
+        hits = ops.search("calendar", reg.address)
+        assert {h.where for h in hits} == {"local", f"{reg.address}/envreg/calendar"}
+
+        # the same credentials from the Docker credential store (config.json auths)
+        import base64
+
+        monkeypatch.delenv("ENVREG_REGISTRY_USERNAME")
+        monkeypatch.delenv("ENVREG_REGISTRY_PASSWORD")
+        cfg = tmp_path / "docker-config"
+        cfg.mkdir()
+        auth = base64.b64encode(b"alice:s3cret").decode()
+        (cfg / "config.json").write_text(json.dumps({"auths": {reg.address: {"auth": auth}}}))
+        monkeypatch.setenv("DOCKER_CONFIG", str(cfg))
+        monkeypatch.setenv("ENVREG_HOME", str(tmp_path / "other-home"))
+        proc = _cli("pull", f"calendar@{pushed.digest}", "--registry", reg.address)
+        assert "calendar:1.0.0" in proc.stdout
