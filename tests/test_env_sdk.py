@@ -81,8 +81,12 @@ def test_schemas_come_from_hints_and_docstrings() -> None:
     assert add["outputSchema"]["properties"]["qty"]["type"] == "integer"
     count = {t["name"]: t for t in env.list_tools()}["count"]
     assert count["outputSchema"]["properties"]["result"]["type"] == "integer"
-    assert count["annotations"] == {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True,
-                                    "openWorldHint": False}
+    assert count["annotations"] == {
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": True,
+        "openWorldHint": False,
+    }
     take = {t["name"]: t for t in env.list_tools()}["take"]
     assert take["annotations"]["destructiveHint"] is True and take["annotations"]["readOnlyHint"] is False
 
@@ -146,7 +150,11 @@ def test_ids_and_results_are_deterministic() -> None:
 def test_mcp_result_shape() -> None:
     instance = make_env().instance()
     ok = instance.call_tool("count", {}).to_mcp()
-    assert ok == {"content": [{"type": "text", "text": "0"}], "isError": False, "structuredContent": {"result": 0}}
+    assert ok == {
+        "content": [{"type": "text", "text": "0"}],
+        "isError": False,
+        "structuredContent": {"result": 0},
+    }
     err = instance.call_tool("take", {"item_id": "x", "qty": 1}).to_mcp()
     assert err["isError"] is True and "structuredContent" not in err
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 from conftest import COUNTER
-from pydantic import ValidationError
 
 from envreg.env import UnknownToolError, load_environment, load_scenarios
 from envreg.env.scenario import CallOutcome, run_steps
-from envreg.runtime import Runtime, SnapshotMismatch, SyncRuntime
+from envreg.runtime import InvalidState, Runtime, SnapshotMismatch, SyncRuntime
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +22,7 @@ async def test_sandbox_calls_tools_and_exposes_state() -> None:
             await sb.call_tool("nope")
         await sb.load_state({"value": 10, "history": []})
         assert (await sb.call_tool("get")).value == 10
-        with pytest.raises(ValidationError):
+        with pytest.raises(InvalidState):
             await sb.load_state({"value": "x"})
         assert (await sb.call_tool("get")).value == 10
         await sb.reset()

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from envreg.cli import build as build_cmd
+from envreg.cli import episode as episode_cmd
 from envreg.cli import manifest as manifest_cmd
+from envreg.cli import registry as registry_cmd
+from envreg.cli import runtime as runtime_cmd
 from envreg.cli import serve_env as serve_env_cmd
 
 app = typer.Typer(
@@ -15,7 +19,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+build_cmd.register(app)
+episode_cmd.register(app)
 manifest_cmd.register(app)
+runtime_cmd.register(app)
+registry_cmd.register(app)
 serve_env_cmd.register(app)
 
 

@@ -1,20 +1,21 @@
 """Sandboxes on the host: one API over the local, instance and container isolation tiers."""
 
+from envreg.runtime.errors import EngineError, ImageNotFound, InvalidState, SandboxGone
 from envreg.runtime.runtime import Isolation, Runtime
 from envreg.runtime.sandbox import LocalSandbox, RemoteSandbox, Sandbox
-from envreg.runtime.errors import EngineError, InvalidState, SandboxGone
 from envreg.runtime.snapshots import Snapshot, SnapshotMismatch, SnapshotStore
 from envreg.runtime.sync import SyncRuntime, SyncSandbox
 
 __all__ = [
-    "Isolation",
     "EngineError",
+    "ImageNotFound",
     "InvalidState",
+    "Isolation",
     "LocalSandbox",
     "RemoteSandbox",
-    "SandboxGone",
     "Runtime",
     "Sandbox",
+    "SandboxGone",
     "Snapshot",
     "SnapshotMismatch",
     "SnapshotStore",

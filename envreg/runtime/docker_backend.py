@@ -14,7 +14,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from envreg.docker_engine import EngineUnavailable, require_engine
-from envreg.runtime.errors import EngineError
+from envreg.runtime.errors import EngineError, ImageNotFound
 
 LABEL = "io.envreg"
 MANAGED = f"{LABEL}.managed"
@@ -113,7 +113,7 @@ class DockerBackend:
         try:
             return self.client.images.get(image).labels or {}
         except docker.errors.ImageNotFound:
-            raise EngineError(
+            raise ImageNotFound(
                 f"image {image!r} is not in the engine: run `envreg build` or `envreg pull`"
             ) from None
 

@@ -19,3 +19,7 @@ class SandboxGone(RuntimeError):
 
 class EngineError(RuntimeError):
     """The Docker engine refused or failed an operation."""
+
+
+class ImageNotFound(EngineError, LookupError):
+    """No local image for an environment reference: build or pull it."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx2
+import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from envreg.runtime.sandbox import RemoteSandbox, Sandbox
@@ -88,3 +90,11 @@ class Gateway:
             await send({"type": "http.response.body", "body": b""})
         finally:
             await response.aclose()
+
+
+class QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves the host process's signal handlers alone (it is embedded)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield

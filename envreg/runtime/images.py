@@ -6,7 +6,7 @@ from typing import Any
 
 import docker.errors
 
-from envreg.runtime.errors import EngineError
+from envreg.runtime.errors import EngineError, ImageNotFound
 
 NAME_LABEL = "io.envreg.name"
 VERSION_LABEL = "io.envreg.version"
@@ -22,7 +22,7 @@ def resolve_image(client: Any, ref: str) -> str:
         try:
             return client.images.get(ref).id
         except docker.errors.ImageNotFound:
-            raise EngineError(
+            raise ImageNotFound(
                 f"no image {ref!r} in the engine: build it (`envreg build`) or pull it"
             ) from None
     from envreg.registry import NotFound, resolve
@@ -34,7 +34,7 @@ def resolve_image(client: Any, ref: str) -> str:
     try:
         return client.images.get(record.image_id).id
     except docker.errors.ImageNotFound:
-        raise EngineError(
+        raise ImageNotFound(
             f"{ref} is in the index as {record.image_id[:19]}, but that image is gone from the engine: "
             f"`envreg pull {record.ref}` or `envreg build {record.name}`"
         ) from None
@@ -47,14 +47,16 @@ def _newest_labelled(client: Any, ref: str) -> str:
         try:
             image = client.images.get(digest)
         except docker.errors.ImageNotFound:
-            raise EngineError(f"no image {digest} in the engine: pull it with `envreg pull {ref}`") from None
+            raise ImageNotFound(
+                f"no image {digest} in the engine: pull it with `envreg pull {ref}`"
+            ) from None
         if image.labels.get(NAME_LABEL) != name:
             raise EngineError(f"image {digest[:19]} is {image.labels.get(NAME_LABEL)!r}, not {name!r}")
         return image.id
     filters = {"label": [f"{NAME_LABEL}={name}"] + ([f"{VERSION_LABEL}={version}"] if version else [])}
     images = client.images.list(filters=filters)
     if not images:
-        raise EngineError(
+        raise ImageNotFound(
             f"no environment image for {ref!r}: build it with `envreg build {name}` or pull it with `envreg pull {ref}`"
         )
     return max(images, key=lambda i: i.attrs.get("Created", "")).id

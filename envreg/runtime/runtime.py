@@ -139,9 +139,15 @@ class Runtime:
         return sandbox
 
     async def fork(
-        self, snapshot: Snapshot | str, n: int, *, isolation: Isolation = "local", env: str | None = None
+        self,
+        snapshot: Snapshot | str,
+        n: int,
+        *,
+        isolation: Isolation = "local",
+        env: str | None = None,
+        ttl: float | None = None,
     ) -> list[Sandbox]:
-        """`n` new sandboxes that all start from `snapshot`."""
+        """`n` new sandboxes that all start from `snapshot`: all of them, or none (and the error)."""
         snap = self.snapshots.get(snapshot) if isinstance(snapshot, str) else snapshot
         target: str | Environment = env or self._environments.get(snap.env_digest) or snap.env
         if isolation == "local" and isinstance(target, str):
@@ -149,11 +155,20 @@ class Runtime:
         forks: list[Sandbox] = []
 
         async def one() -> None:
-            forks.append(await self.sandbox(target, isolation=isolation, state=snap))
+            forks.append(await self.sandbox(target, isolation=isolation, state=snap, ttl=ttl))
 
-        async with anyio.create_task_group() as tg:
-            for _ in range(n):
-                tg.start_soon(one)
+        try:
+            async with anyio.create_task_group() as tg:
+                for _ in range(n):
+                    tg.start_soon(one)
+        except BaseExceptionGroup as group:
+            with anyio.CancelScope(shield=True):
+                for sandbox in forks:
+                    await sandbox.close("its fork group failed")
+            first: BaseException = group
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
         return forks
 
     async def warm(self, env: str, isolation: Isolation, n: int) -> None:
@@ -239,7 +254,7 @@ class Runtime:
     async def _serve_gateway(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         import uvicorn
 
-        from envreg.runtime.gateway import Gateway
+        from envreg.runtime.gateway import Gateway, QuietServer
 
         gateway = Gateway(self.get, self._http)
         config = uvicorn.Config(
@@ -250,8 +265,7 @@ class Runtime:
             log_level="warning",
             access_log=False,
         )
-        server = uvicorn.Server(config)
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        server = QuietServer(config)
         self._gateway_server = server
         async with anyio.create_task_group() as tg:
             tg.start_soon(server.serve)

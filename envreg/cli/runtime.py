@@ -1,0 +1,388 @@
+"""Runtime commands: `envreg serve` (the daemon), `run`, `ps`, `stop`, `gc`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+TIERS = ("local", "instance", "container")
+FOREVER = 10 * 365 * 24 * 3600.0
+
+
+def _out() -> Console:
+    # wide enough off a terminal that MCP URLs and ids are never cut
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 250)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def parse_pool(spec: str | None) -> dict[str, int]:
+    """``container=2,instance=8`` -> {"container": 2, "instance": 8}."""
+    pool: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in (spec or "").split(","))):
+        tier, sep, count = part.partition("=")
+        if not sep or tier not in ("container", "instance") or not count.isdigit():
+            raise fail(
+                f"bad --pool {part!r}: write TIER=N with TIER container or instance, e.g. container=2,instance=8",
+                2,
+            )
+        pool[tier] = int(count)
+    return pool
+
+
+def parse_tiers(spec: str) -> tuple[str, ...]:
+    tiers = tuple(t.strip() for t in spec.split(",") if t.strip())
+    bad = [t for t in tiers if t not in TIERS]
+    if bad or not tiers:
+        raise fail(f"bad --tiers {spec!r}: a comma-separated list of {', '.join(TIERS)}", 2)
+    return tiers
+
+
+def expires_in(expires_at: float | None) -> str:
+    if expires_at is None:
+        return "never"
+    left = int(expires_at - time.time())
+    if left <= 0:
+        return "expired"
+    if left >= 365 * 24 * 3600:
+        return "never"
+    days, rest = divmod(left, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"in {days}d {hours}h"
+    if hours:
+        return f"in {hours}h {minutes}m"
+    return f"in {minutes}m {seconds}s" if minutes else f"in {seconds}s"
+
+
+def _client() -> Any:
+    from envreg.daemon.client import DaemonClient, DaemonNotRunning
+
+    try:
+        return DaemonClient.discover()
+    except DaemonNotRunning as exc:
+        raise fail(str(exc)) from None
+
+
+# serve --------------------------------------------------------------------------------------------
+def serve(
+    host: Annotated[
+        str, typer.Option(help="Bind address. Anything but loopback exposes the API: use with care.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option(help="Port of the control API and the MCP gateway (0: any free one).")
+    ] = 7070,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            help="Daemon token (default: $ENVREG_TOKEN, else a new one, written to $ENVREG_HOME/daemon.json).",
+            show_default=False,
+        ),
+    ] = None,
+    pool: Annotated[
+        str | None,
+        typer.Option(help="Warm pool sizes per tier, e.g. container=2,instance=8.", show_default=False),
+    ] = None,
+    lease_ttl: Annotated[float, typer.Option(help="Default sandbox lease, in seconds.")] = 3600.0,
+    max_sandboxes: Annotated[int, typer.Option(help="Most sandboxes leased at once (429 past it).")] = 1024,
+    tiers: Annotated[
+        str, typer.Option(help="Isolation tiers the API may lease (local runs env code in the daemon).")
+    ] = "instance,container",
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Base URL agents use to reach this port (default: http://HOST:PORT).", show_default=False
+        ),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+) -> None:
+    """Run the runtime daemon: a REST control API (OpenAPI at /openapi.json) and the MCP gateway, on one port."""
+    from envreg.daemon.serve import DaemonConfig, daemon_file, read_daemon_file
+    from envreg.daemon.serve import serve as run
+
+    running = read_daemon_file()
+    if running is not None and running["pid"] != os.getpid():
+        raise fail(
+            f"a daemon already runs for {daemon_file().parent} at {running['url']} (pid {running['pid']}): "
+            f"stop it (kill {running['pid']}) or set ENVREG_HOME to run another"
+        )
+    if lease_ttl <= 0 or max_sandboxes < 1:
+        raise fail("--lease-ttl and --max-sandboxes must be positive", 2)
+    token = token or os.environ.get("ENVREG_TOKEN") or None
+    config = DaemonConfig(
+        host=host,
+        port=port,
+        token=token,
+        pool=parse_pool(pool),
+        lease_ttl=lease_ttl,
+        max_sandboxes=max_sandboxes,
+        tiers=parse_tiers(tiers),
+        public_url=public_url,
+        log_level=log_level,
+    )
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        err.print(
+            f"[yellow]warning:[/] listening on {host}: anyone who can reach it and holds the token controls "
+            "sandboxes, and traffic is plain HTTP; put TLS in front of it off a trusted network"
+        )
+
+    def ready(url: str, daemon_token: str) -> None:
+        where = "given token" if token else f"token in {daemon_file()}"
+        err.print(f"envreg daemon listening on [bold]{url}[/] ({where}; API docs: {url}/openapi.json)")
+        err.print("Ctrl-C or SIGTERM stops it and removes every sandbox it leased")
+
+    try:
+        run(config, ready=ready)
+    except OSError as exc:
+        raise fail(f"{exc}: pick another --port (0 for any free one)") from None
+
+
+# run ----------------------------------------------------------------------------------------------
+def _read_state(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise fail(f"cannot read --state {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise fail(f"--state {path} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise fail(f"--state {path} must hold a JSON object (the environment's state)")
+    return data
+
+
+def _print_sandbox(info: dict[str, Any], as_json: bool, detached: bool) -> None:
+    out = _out()
+    if as_json:
+        out.print_json(json.dumps(info)) if sys.stdout.isatty() else print(json.dumps(info), flush=True)
+        return
+    out.print(
+        f"sandbox   {info['id']}  ({info['env']}, {info['isolation']}, expires {expires_in(info.get('expires_at'))})"
+    )
+    out.print(f"MCP URL   {info['mcp_url']}")
+    out.print(f"token     {info['token']}")
+    out.print(f"header    Authorization: Bearer {info['token']}")
+    if detached:
+        out.print(f"stop it with `envreg stop {info['id']}`")
+    sys.stdout.flush()
+
+
+def run_cmd(
+    env: Annotated[
+        str, typer.Argument(help="Environment: name, name:version, name@sha256:<id> or an image reference.")
+    ],
+    isolation: Annotated[
+        str, typer.Option(help="container (its own container) or instance (in a shared one).")
+    ] = "container",
+    state: Annotated[
+        Path | None, typer.Option(help="JSON file with the initial state.", show_default=False)
+    ] = None,
+    snapshot: Annotated[
+        str | None, typer.Option(help="Start from this snapshot id instead.", show_default=False)
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Ask the running daemon to lease it, and return.")
+    ] = False,
+    ttl: Annotated[
+        float | None,
+        typer.Option(
+            help="Lease in seconds (default: the daemon's with --detach, else until Ctrl-C).",
+            show_default=False,
+        ),
+    ] = None,
+    port: Annotated[int, typer.Option(help="Gateway port in the foreground (0: any free one).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the sandbox as one JSON line.")] = False,
+) -> None:
+    """Start a sandbox and print its MCP URL and token for an external agent."""
+    if isolation not in ("container", "instance"):
+        raise fail(
+            f"--isolation must be container or instance, not {isolation!r} (only those have an MCP URL)", 2
+        )
+    if ttl is not None and ttl <= 0:
+        raise fail("--ttl must be positive", 2)
+    if state is not None and snapshot is not None:
+        raise fail("give --state or --snapshot, not both", 2)
+    initial = _read_state(state)
+    if detach:
+        _run_detached(env, isolation, initial, snapshot, ttl, as_json)
+    else:
+        _run_foreground(env, isolation, initial, snapshot, ttl, port, as_json)
+
+
+def _run_detached(
+    env: str, isolation: str, state: Any, snapshot: str | None, ttl: float | None, as_json: bool
+) -> None:
+    from envreg.daemon.client import DaemonError, DaemonNotRunning
+
+    with _client() as client:
+        try:
+            info = client.create(env, isolation, state=state, snapshot=snapshot, ttl=ttl)
+        except DaemonNotRunning as exc:
+            raise fail(str(exc)) from None
+        except DaemonError as exc:
+            detail = "".join(
+                f"\n  {'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" for e in exc.errors[:10]
+            )
+            raise fail(f"{exc}{detail}") from None
+    _print_sandbox(info, as_json, detached=True)
+
+
+def _run_foreground(
+    env: str, isolation: str, state: Any, snapshot: str | None, ttl: float | None, port: int, as_json: bool
+) -> None:
+    import anyio
+
+    from envreg.runtime import EngineError, InvalidState, Runtime, SnapshotMismatch
+
+    async def main() -> None:
+        async with Runtime(gateway=True, gateway_port=port, lease_ttl=ttl or FOREVER) as rt:
+            start: Any = state
+            if snapshot is not None:
+                try:
+                    start = rt.snapshots.get(snapshot)
+                except KeyError as exc:
+                    raise fail(str(exc.args[0])) from None
+            try:
+                sb = await rt.sandbox(env, isolation=isolation, state=start, ttl=ttl)  # type: ignore[arg-type]
+            except InvalidState as exc:
+                detail = "".join(
+                    f"\n  {'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" for e in exc.errors[:10]
+                )
+                raise fail(f"the initial state was refused{detail}") from None
+            except (EngineError, SnapshotMismatch) as exc:
+                raise fail(str(exc)) from None
+            _print_sandbox(
+                {
+                    "id": sb.id,
+                    "env": sb.env,
+                    "env_digest": sb.env_digest,
+                    "isolation": sb.isolation,
+                    "mcp_url": sb.mcp_url,
+                    "token": sb.token,
+                    "expires_at": sb.expires_at,
+                },
+                as_json,
+                detached=False,
+            )
+            if not as_json:
+                err.print("serving; Ctrl-C stops it and removes the sandbox")
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async with anyio.create_task_group() as tg:
+
+                    async def on_signal() -> None:
+                        async for _ in signals:
+                            tg.cancel_scope.cancel()
+
+                    async def on_end() -> None:
+                        while sb.ended is None:
+                            await anyio.sleep(0.5)
+                        err.print(f"sandbox {sb.id} ended: {sb.ended}")
+                        tg.cancel_scope.cancel()
+
+                    tg.start_soon(on_signal)
+                    tg.start_soon(on_end)
+        err.print(f"removed sandbox {sb.id}")
+
+    try:
+        anyio.run(main)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+# ps / stop ----------------------------------------------------------------------------------------
+def ps(
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only sandbox ids.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON list.")] = False,
+) -> None:
+    """List the daemon's sandboxes."""
+    from envreg.daemon.client import DaemonError, DaemonNotRunning
+
+    with _client() as client:
+        try:
+            sandboxes = client.list()
+        except (DaemonNotRunning, DaemonError) as exc:
+            raise fail(str(exc)) from None
+    out = _out()
+    if as_json:
+        print(json.dumps(sandboxes))
+        return
+    if quiet:
+        for sb in sandboxes:
+            print(sb["id"])
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("SANDBOX ID", "ENV", "ISOLATION", "EXPIRES", "MCP URL"):
+        table.add_column(column, no_wrap=True)
+    for sb in sorted(sandboxes, key=lambda s: s.get("expires_at") or 0):
+        table.add_row(
+            sb["id"], sb["env"], sb["isolation"], expires_in(sb.get("expires_at")), sb.get("mcp_url") or "-"
+        )
+    out.print(table)
+
+
+def stop(ids: Annotated[list[str], typer.Argument(help="Sandbox ids (see `envreg ps`).")]) -> None:
+    """Stop sandboxes the daemon leases (their containers or instances are removed)."""
+    from envreg.daemon.client import DaemonError, DaemonNotRunning
+
+    failed = 0
+    with _client() as client:
+        for sandbox_id in ids:
+            try:
+                client.delete(sandbox_id)
+                print(sandbox_id, flush=True)
+            except DaemonNotRunning as exc:
+                raise fail(str(exc)) from None
+            except DaemonError as exc:
+                failed += 1
+                hint = ": see `envreg ps`" if exc.status == 404 else ""
+                err.print(f"[red]error:[/] {exc}{hint}")
+    if failed:
+        raise typer.Exit(1)
+
+
+# gc -----------------------------------------------------------------------------------------------
+def gc(
+    everything: Annotated[
+        bool, typer.Option("--all", help="Remove every envreg container and network, live runtimes' too.")
+    ] = False,
+) -> None:
+    """Remove envreg containers and networks whose runtime has died (or whose hard expiry passed)."""
+    from envreg.docker_engine import engine_problem
+    from envreg.runtime.docker_backend import collect_garbage
+
+    if problem := engine_problem():
+        raise fail(f"{problem}: start it with `scripts/setup-docker`")
+    if everything:
+        err.print("[yellow]warning:[/] --all removes the containers of live runtimes and daemons too")
+    containers, networks = collect_garbage(everything=everything)
+    for name in containers:
+        print(f"removed container {name}")
+    for name in networks:
+        print(f"removed network {name}")
+    if not containers and not networks:
+        print("nothing to remove")
+    else:
+        err.print(f"removed {len(containers)} container(s) and {len(networks)} network(s)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+    app.command("run")(run_cmd)
+    app.command("ps")(ps)
+    app.command("stop")(stop)
+    app.command("gc")(gc)

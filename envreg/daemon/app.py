@@ -1,0 +1,530 @@
+"""The daemon's ASGI app: the REST control API (FastAPI) and the MCP gateway on one port.
+
+``/sandboxes/<id>/mcp`` goes to the runtime's `Gateway` (per-sandbox token); everything else to the
+control API, where every route, ``/openapi.json`` included, needs ``Authorization: Bearer <daemon token>``.
+
+Status codes: 400 bad input (malformed body, a disabled tier, a state together with a snapshot),
+401 missing or wrong token, 404 unknown or ended sandbox, unknown snapshot, environment or tool,
+409 a snapshot of another environment, 422 an invalid state (``errors`` lists each problem;
+nothing was changed), 429 the daemon's sandbox limit, 502 the environment server failed,
+503 the Docker engine is unavailable or failed. Every error body is ``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx2
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException
+from starlette.types import Receive, Scope, Send
+
+from envreg.daemon import models as m
+from envreg.env import UnknownToolError
+from envreg.env.loader import EnvironmentNotFound
+from envreg.runtime import (
+    EngineError,
+    ImageNotFound,
+    InvalidState,
+    Runtime,
+    Sandbox,
+    SandboxGone,
+    Snapshot,
+    SnapshotMismatch,
+)
+from envreg.runtime.gateway import PREFIX, Gateway
+
+LOCAL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+ALL_TIERS: tuple[str, ...] = ("local", "instance", "container")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.errors = errors
+
+
+@dataclass
+class DaemonSettings:
+    """What the control API enforces."""
+
+    token: str
+    max_sandboxes: int = 1024
+    tiers: tuple[str, ...] = ("instance", "container")
+    default_ttl: float | None = None
+    reserved: int = field(default=0, init=False)  # sandboxes being created right now
+
+    @property
+    def default_tier(self) -> str:
+        return next(t for t in ("container", "instance", "local") if t in self.tiers)
+
+
+def _jsonable(errors: list[Any]) -> list[dict[str, Any]]:
+    return json.loads(json.dumps(errors, default=str))
+
+
+def _engine_status(exc: EngineError) -> int:
+    return 404 if isinstance(exc, ImageNotFound) else 503
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """Runtime errors as API errors with the right status."""
+    import docker.errors
+
+    try:
+        yield
+    except BaseExceptionGroup as group:  # a task group failed: report its first error
+        leaf: BaseException = group
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        with _translated():
+            raise leaf from None
+    except ApiError:
+        raise
+    except InvalidState as exc:
+        raise ApiError(422, str(exc).split("\n")[0], _jsonable(exc.errors)) from None
+    except SnapshotMismatch as exc:
+        raise ApiError(409, str(exc)) from None
+    except (SandboxGone, EnvironmentNotFound) as exc:
+        raise ApiError(404, str(exc)) from None
+    except UnknownToolError as exc:
+        raise ApiError(404, str(exc) or "unknown tool") from None
+    except EngineError as exc:
+        raise ApiError(_engine_status(exc), str(exc)) from None
+    except docker.errors.APIError as exc:
+        status = 400 if exc.is_client_error() and exc.status_code != 404 else 503
+        status = 404 if exc.status_code == 404 else status
+        raise ApiError(status, f"Docker engine: {exc.explanation or exc}") from None
+    except docker.errors.DockerException as exc:
+        raise ApiError(503, f"Docker engine unavailable: {exc}; start it (scripts/setup-docker)") from None
+    except httpx2.TransportError as exc:
+        raise ApiError(502, f"the environment server did not answer: {exc}") from None
+
+
+ERR = {"model": m.Error}
+COMMON = {400: {**ERR, "description": "Bad input."}, 401: {**ERR, "description": "Missing or wrong token."}}
+NOT_FOUND = {404: {**ERR, "description": "Unknown or ended sandbox (or snapshot, environment, tool)."}}
+MISMATCH = {409: {**ERR, "description": "The snapshot was taken from another environment."}}
+INVALID = {422: {**ERR, "description": "Invalid state; nothing was changed. `errors` lists each problem."}}
+ENGINE = {
+    429: {**ERR, "description": "The daemon holds its maximum number of sandboxes."},
+    502: {**ERR, "description": "The environment server failed."},
+    503: {**ERR, "description": "The Docker engine is unavailable or failed."},
+}
+UPSTREAM = {502: ENGINE[502]}
+
+
+def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
+    """The REST control API over `rt` (the Runtime must be entered and its gateway_url set)."""
+    api = FastAPI(
+        title="envreg daemon",
+        version="1",
+        description=__doc__,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        generate_unique_id_function=lambda route: route.name,
+    )
+    bearer = HTTPBearer(auto_error=False, description="The daemon token (see $ENVREG_HOME/daemon.json).")
+    expected = f"{settings.token}".encode()
+
+    def authorized(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        given = (credentials.credentials if credentials else "").encode()
+        if not credentials or not hmac.compare_digest(given, expected):
+            raise HTTPException(401, "missing or wrong daemon token", headers={"WWW-Authenticate": "Bearer"})
+
+    auth = [Depends(authorized)]
+
+    @api.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        body: dict[str, Any] = {"error": exc.message}
+        if exc.errors is not None:
+            body["errors"] = exc.errors
+        return JSONResponse(body, status_code=exc.status)
+
+    @api.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    @api.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = _jsonable([{k: v for k, v in e.items() if k != "url"} for e in exc.errors()])
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in errors[:5]
+        )
+        message = f"invalid request: {where}"
+        content_type = request.headers.get("content-type", "")
+        if any(e.get("loc") == ["body"] for e in errors) and "json" not in content_type:
+            message += " (send the body as JSON with `Content-Type: application/json`)"
+        return JSONResponse({"error": message, "errors": errors}, status_code=400)
+
+    @api.exception_handler(Exception)
+    async def internal(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
+
+    # helpers ------------------------------------------------------------------------------------
+    def sandbox(sandbox_id: str) -> Sandbox:
+        sb = rt.get(sandbox_id)
+        if sb is None:
+            raise ApiError(404, f"no sandbox {sandbox_id!r}: it never existed or it has ended")
+        if sb.ended is not None:
+            raise ApiError(404, f"sandbox {sandbox_id} has ended: {sb.ended}")
+        return sb
+
+    def info(sb: Sandbox) -> m.SandboxInfo:
+        return m.SandboxInfo(
+            id=sb.id,
+            env=sb.env,
+            env_digest=sb.env_digest,
+            isolation=sb.isolation,  # type: ignore[arg-type]
+            mcp_url=sb.mcp_url,
+            token=sb.token,
+            expires_at=sb.expires_at,
+        )
+
+    def snapshot(ref: str) -> Snapshot:
+        try:
+            return rt.snapshots.get(ref)
+        except KeyError as exc:
+            text = exc.args[0] if exc.args else f"no snapshot {ref!r}"
+            raise ApiError(400 if "ambiguous" in text else 404, text) from None
+
+    def check_tier(isolation: str, env: str | None = None) -> None:
+        if isolation not in settings.tiers:
+            raise ApiError(
+                400,
+                f"isolation {isolation!r} is disabled on this daemon (enabled: {', '.join(settings.tiers)}); "
+                f"start it with `envreg serve --tiers {','.join((*settings.tiers, isolation))}`",
+            )
+        if isolation == "local" and env is not None and not LOCAL_NAME.match(env):
+            raise ApiError(404, f"no local environment {env!r}: the local tier takes an environment name")
+
+    @contextlib.contextmanager
+    def reserve(n: int) -> Iterator[None]:
+        held = len(rt.sandboxes) + settings.reserved
+        if held + n > settings.max_sandboxes:
+            raise ApiError(
+                429,
+                f"this daemon holds {held} of at most {settings.max_sandboxes} sandboxes; "
+                "delete some or start it with a larger --max-sandboxes",
+            )
+        settings.reserved += n
+        try:
+            yield
+        finally:
+            settings.reserved -= n
+
+    def ttl_or_default(ttl: float | None) -> float | None:
+        return ttl or settings.default_ttl
+
+    # routes -------------------------------------------------------------------------------------
+    def document() -> dict[str, Any]:
+        """The OpenAPI document, its isolation enums narrowed to the tiers this daemon allows."""
+        if api.openapi_schema is None:
+            doc = api.openapi()
+            for name in ("CreateSandbox", "ForkBody"):
+                prop = doc["components"]["schemas"][name]["properties"]["isolation"]
+                prop["enum"] = list(settings.tiers)
+                prop["default"] = settings.default_tier
+            # bad input is a 400 `Error` here, never FastAPI's 422 `HTTPValidationError`
+            for operations in doc["paths"].values():
+                for operation in operations.values():
+                    responses = operation.get("responses", {})
+                    if "HTTPValidationError" in json.dumps(responses.get("422", {})):
+                        del responses["422"]
+            for name in ("HTTPValidationError", "ValidationError"):
+                doc["components"]["schemas"].pop(name, None)
+            _add_links(doc)
+            api.openapi_schema = doc
+        return api.openapi_schema
+
+    @api.get("/openapi.json", include_in_schema=False, dependencies=auth)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(document())
+
+    @api.get("/v1/healthz", response_model=m.Health, dependencies=auth, responses=COMMON, tags=["daemon"])
+    async def healthz() -> m.Health:
+        """Liveness, and what this daemon allows."""
+        return m.Health(
+            runtime=rt.id,
+            sandboxes=len(rt.sandboxes),
+            max_sandboxes=settings.max_sandboxes,
+            tiers=list(settings.tiers),  # type: ignore[arg-type]
+            gateway_url=rt.gateway_url or "",
+        )
+
+    @api.post(
+        "/v1/sandboxes",
+        status_code=201,
+        response_model=m.SandboxInfo,
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND, **MISMATCH, **INVALID, **ENGINE},
+        tags=["sandboxes"],
+    )
+    async def create_sandbox(body: m.CreateSandbox) -> m.SandboxInfo:
+        """Lease a sandbox, optionally starting from a state or a snapshot. Its MCP URL and token are for an agent."""
+        isolation = body.isolation if "isolation" in body.model_fields_set else settings.default_tier
+        check_tier(isolation, body.env)
+        if {"state", "snapshot"} <= body.model_fields_set:
+            raise ApiError(400, "give a state or a snapshot, not both")
+        start: dict[str, Any] | Snapshot | None = body.state
+        if body.snapshot is not None:
+            start = snapshot(body.snapshot)
+        with reserve(1), _translated():
+            sb = await rt.sandbox(body.env, isolation=isolation, state=start, ttl=ttl_or_default(body.ttl))
+        return info(sb)
+
+    @api.get(
+        "/v1/sandboxes",
+        response_model=list[m.SandboxInfo],
+        dependencies=auth,
+        responses=COMMON,
+        tags=["sandboxes"],
+    )
+    async def list_sandboxes() -> list[m.SandboxInfo]:
+        """Every sandbox this daemon leases."""
+        return [info(sb) for sb in list(rt.sandboxes.values()) if sb.ended is None]
+
+    @api.get(
+        "/v1/sandboxes/{sandbox_id}",
+        response_model=m.SandboxInfo,
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND},
+        tags=["sandboxes"],
+    )
+    async def get_sandbox(sandbox_id: str) -> m.SandboxInfo:
+        return info(sandbox(sandbox_id))
+
+    @api.delete(
+        "/v1/sandboxes/{sandbox_id}",
+        status_code=204,
+        response_class=Response,
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND},
+        tags=["sandboxes"],
+    )
+    async def delete_sandbox(sandbox_id: str) -> Response:
+        """End the sandbox and free its container or instance; its MCP URL answers 404 from now on."""
+        sb = sandbox(sandbox_id)
+        with _translated():
+            await sb.close("deleted")
+        return Response(status_code=204)
+
+    @api.get(
+        "/v1/sandboxes/{sandbox_id}/state",
+        response_model=m.StateInfo,
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND, **UPSTREAM},
+        tags=["state"],
+    )
+    async def get_state(sandbox_id: str) -> m.StateInfo:
+        sb = sandbox(sandbox_id)
+        with _translated():
+            state = await sb.state()
+        from envreg.canonical import canonical_json, sha256_hex
+
+        return m.StateInfo(sha256=sha256_hex(canonical_json(state)), state=state)
+
+    @api.put(
+        "/v1/sandboxes/{sandbox_id}/state",
+        response_model=m.StateInfo,
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND, **INVALID, **UPSTREAM},
+        tags=["state"],
+    )
+    async def put_state(sandbox_id: str, body: m.StateBody) -> m.StateInfo:
+        """Replace the whole state. An invalid state is refused (422) and nothing changes."""
+        sb = sandbox(sandbox_id)
+        with _translated():
+            await sb.load_state(body.state)
+        return await get_state(sandbox_id)
+
+    @api.post(
+        "/v1/sandboxes/{sandbox_id}/reset",
+        response_model=m.StateInfo,
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND, **UPSTREAM},
+        tags=["state"],
+    )
+    async def reset(sandbox_id: str) -> m.StateInfo:
+        """Back to the environment's seed state."""
+        sb = sandbox(sandbox_id)
+        with _translated():
+            await sb.reset()
+        return await get_state(sandbox_id)
+
+    @api.post(
+        "/v1/sandboxes/{sandbox_id}/snapshot",
+        status_code=201,
+        response_model=m.SnapshotInfo,
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND, **UPSTREAM},
+        tags=["snapshots"],
+    )
+    async def take_snapshot(sandbox_id: str) -> m.SnapshotInfo:
+        """Store the current state, content-addressed; restore or fork it later."""
+        sb = sandbox(sandbox_id)
+        with _translated():
+            snap = await sb.snapshot()
+        return m.SnapshotInfo(id=snap.id, sha256=snap.sha256, env=snap.env, env_digest=snap.env_digest)
+
+    @api.post(
+        "/v1/sandboxes/{sandbox_id}/restore",
+        response_model=m.StateInfo,
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND, **MISMATCH, **INVALID, **UPSTREAM},
+        tags=["snapshots"],
+    )
+    async def restore(sandbox_id: str, body: m.RestoreBody) -> m.StateInfo:
+        """Load a snapshot of the same environment (409 for another environment's, state untouched)."""
+        sb = sandbox(sandbox_id)
+        snap = snapshot(body.snapshot)
+        with _translated():
+            await sb.restore(snap)
+        return await get_state(sandbox_id)
+
+    @api.post(
+        "/v1/sandboxes/{sandbox_id}/renew",
+        response_model=m.RenewInfo,
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND},
+        tags=["sandboxes"],
+    )
+    async def renew(sandbox_id: str, body: m.RenewBody) -> m.RenewInfo:
+        """Extend the lease to `ttl` seconds from now."""
+        sb = sandbox(sandbox_id)
+        with _translated():
+            expires_at = sb.renew(body.ttl)
+        return m.RenewInfo(id=sb.id, expires_at=expires_at)
+
+    @api.post(
+        "/v1/fork",
+        status_code=201,
+        response_model=list[m.SandboxInfo],
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND, **MISMATCH, **INVALID, **ENGINE},
+        tags=["snapshots"],
+    )
+    async def fork(body: m.ForkBody) -> list[m.SandboxInfo]:
+        """`n` new sandboxes that all start from the snapshot; all or none."""
+        snap = snapshot(body.snapshot)
+        isolation = body.isolation if "isolation" in body.model_fields_set else settings.default_tier
+        check_tier(isolation, snap.env)
+        created: list[Sandbox] = []
+
+        async def one() -> None:
+            created.append(
+                await rt.sandbox(snap.env, isolation=isolation, state=snap, ttl=ttl_or_default(body.ttl))  # type: ignore[arg-type]
+            )
+
+        with reserve(body.n), _translated():
+            try:
+                async with anyio.create_task_group() as tg:
+                    for _ in range(body.n):
+                        tg.start_soon(one)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    for sb in created:
+                        await sb.close("its fork group failed")
+                raise
+        return [info(sb) for sb in created]
+
+    @api.post(
+        "/v1/sandboxes/{sandbox_id}/call",
+        response_model=m.CallToolResult,
+        response_model_exclude_none=True,
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND, **UPSTREAM},
+        tags=["tools"],
+    )
+    async def call_tool(sandbox_id: str, body: m.CallBody) -> dict[str, Any]:
+        """Call a tool, as an agent would over MCP; the result is an MCP `CallToolResult`."""
+        sb = sandbox(sandbox_id)
+        with _translated():
+            try:
+                result = await sb.call_tool(body.name, body.arguments)
+            except RuntimeError as exc:
+                if isinstance(exc, SandboxGone | EngineError):
+                    raise
+                raise ApiError(502, f"the environment server failed: {exc}") from None
+        return result.to_mcp()
+
+    @api.get(
+        "/v1/sandboxes/{sandbox_id}/tools",
+        response_model=list[dict[str, Any]],
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND, **UPSTREAM},
+        tags=["tools"],
+    )
+    async def list_tools(sandbox_id: str) -> list[dict[str, Any]]:
+        """The environment's tools in MCP wire form."""
+        sb = sandbox(sandbox_id)
+        with _translated():
+            return await sb.list_tools()
+
+    return api
+
+
+_SANDBOX_OPERATIONS = (
+    "get_sandbox",
+    "delete_sandbox",
+    "get_state",
+    "put_state",
+    "reset",
+    "take_snapshot",
+    "renew",
+    "call_tool",
+    "list_tools",
+)
+
+
+def _add_links(doc: dict[str, Any]) -> None:
+    """OpenAPI links: a created sandbox's id feeds its routes, a snapshot's id feeds restore and fork."""
+    by_id = {
+        op["operationId"]: op for ops in doc["paths"].values() for op in ops.values() if "operationId" in op
+    }
+    sandbox_links = {
+        name: {"operationId": name, "parameters": {"sandbox_id": "$response.body#/id"}}
+        for name in _SANDBOX_OPERATIONS
+    }
+    by_id["create_sandbox"]["responses"]["201"]["links"] = sandbox_links
+    by_id["take_snapshot"]["responses"]["201"]["links"] = {
+        "restore": {
+            "operationId": "restore",
+            "parameters": {"sandbox_id": "$request.path.sandbox_id"},
+            "requestBody": {"snapshot": "$response.body#/id"},
+        },
+        "fork": {"operationId": "fork", "requestBody": {"snapshot": "$response.body#/id", "n": 1}},
+    }
+
+
+class DaemonApp:
+    """One ASGI app: ``/sandboxes/<id>/mcp`` to the gateway, the rest to the control API."""
+
+    def __init__(self, api: FastAPI, gateway: Gateway) -> None:
+        self.api = api
+        self.gateway = gateway
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(PREFIX):
+            await self.gateway(scope, receive, send)
+        else:
+            await self.api(scope, receive, send)
+
+
+def create_app(rt: Runtime, settings: DaemonSettings, http: httpx2.AsyncClient) -> DaemonApp:
+    """The daemon app over an entered Runtime; `http` is the gateway's upstream client."""
+    return DaemonApp(create_api(rt, settings), Gateway(rt.get, http))

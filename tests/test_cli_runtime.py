@@ -1,0 +1,188 @@
+"""`envreg gc` after a crashed runtime; `envreg run` / `ps` / `stop` against a daemon and in the foreground."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from daemon_helpers import DaemonProcess
+from mcp_helpers import mcp_client
+
+pytestmark = pytest.mark.docker
+
+
+def envreg(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ENVREG_HOME": str(home)}
+    env.pop("ENVREG_DAEMON_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "envreg.cli.main", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def docker_ids(kind: str, label: str) -> list[str]:
+    cmd = ["docker", "ps", "-a"] if kind == "container" else ["docker", "network", "ls"]
+    out = subprocess.run(
+        [*cmd, "-q", "--filter", f"label={label}"], capture_output=True, text=True, check=True
+    )
+    return out.stdout.split()
+
+
+CRASHING_RUNTIME = textwrap.dedent(
+    """
+    import anyio
+    from envreg.runtime import Runtime
+
+    async def main():
+        async with Runtime(gateway=False) as rt:
+            for _ in range(3):
+                await rt.sandbox("calendar", isolation="container")
+            await rt.sandbox("calendar", isolation="instance")
+            print(rt.id, "ready", flush=True)
+            await anyio.sleep(600)
+
+    anyio.run(main)
+    """
+)
+
+
+def test_gc_removes_what_a_killed_runtime_left(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_RUNTIME],
+        env={**os.environ, "ENVREG_HOME": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.endswith("ready\n"), line + proc.stderr.read()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    label = f"io.envreg.runtime={line.split()[0]}"
+    assert len(docker_ids("container", label)) == 4  # 3 own containers + 1 shared by instances
+    assert len(docker_ids("network", label)) == 1
+    result = envreg(tmp_path, "gc")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("removed container") >= 4 and "removed network" in result.stdout
+    assert docker_ids("container", label) == []
+    assert docker_ids("network", label) == []
+    again = envreg(tmp_path, "gc")  # nothing of that runtime is left to remove
+    assert again.returncode == 0 and line.split()[0] not in again.stdout
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
+    proc = DaemonProcess(tmp_path).start()
+    yield proc
+    proc.stop()
+
+
+def test_no_daemon_says_how_to_start_one(tmp_path: Path) -> None:
+    for args in (["ps"], ["stop", "sb_x"], ["run", "calendar", "--detach"]):
+        result = envreg(tmp_path, *args)
+        assert result.returncode == 1, result
+        assert "error: no envreg daemon is running" in result.stderr and "envreg serve" in result.stderr
+    # a daemon.json left by a dead daemon is not mistaken for a live one
+    (tmp_path / "daemon.json").write_text(
+        json.dumps({"url": "http://127.0.0.1:1", "token": "t", "pid": 2**22 + 1})
+    )
+    result = envreg(tmp_path, "ps")
+    assert result.returncode == 1 and "has exited" in result.stderr
+
+
+def test_run_detach_ps_stop(daemon: DaemonProcess, tmp_path: Path) -> None:
+    result = envreg(daemon.home, "run", "calendar", "--detach", "--isolation", "instance", "--json")
+    assert result.returncode == 0, result.stderr
+    sb = json.loads(result.stdout)
+    assert sb["mcp_url"].startswith(daemon.url) and sb["token"]
+    human = envreg(daemon.home, "run", "calendar", "-d", "--ttl", "120")
+    assert human.returncode == 0, human.stderr
+    assert "MCP URL" in human.stdout and "Authorization: Bearer" in human.stdout
+    second = next(line.split()[1] for line in human.stdout.splitlines() if line.startswith("sandbox"))
+
+    listing = envreg(daemon.home, "ps")
+    assert listing.returncode == 0, listing.stderr
+    assert "SANDBOX ID" in listing.stdout and sb["id"] in listing.stdout and sb["mcp_url"] in listing.stdout
+    assert second in listing.stdout and "container" in listing.stdout and "in 1m" in listing.stdout
+    assert set(envreg(daemon.home, "ps", "-q").stdout.split()) == {sb["id"], second}
+
+    # gc leaves a live daemon's containers alone
+    runtime = daemon.ok("GET", "/v1/healthz")["runtime"]
+    assert envreg(daemon.home, "gc").returncode == 0
+    assert docker_ids("container", f"io.envreg.runtime={runtime}")
+    assert daemon.ok("POST", f"/v1/sandboxes/{second}/call", {"name": "list_calendars"})["isError"] is False
+
+    stopped = envreg(daemon.home, "stop", sb["id"], second, "sb_nope")
+    assert stopped.returncode == 1
+    assert stopped.stdout.split() == [sb["id"], second]
+    assert "no sandbox 'sb_nope'" in stopped.stderr
+    assert envreg(daemon.home, "ps", "-q").stdout.split() == []
+    assert (
+        httpx2.post(sb["mcp_url"], json={}, headers={"authorization": f"Bearer {sb['token']}"}).status_code
+        == 404
+    )
+
+
+def test_run_detach_with_a_state_file(daemon: DaemonProcess, tmp_path: Path) -> None:
+    seed = json.loads((Path(os.environ["ENVREG_IMAGES"]) / "calendar" / "seed.json").read_text())
+    seed["owner"]["name"] = "Sam Lee"
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(seed))
+    bad.write_text(json.dumps({**seed, "calendars": 3}))
+    result = envreg(
+        daemon.home, "run", "calendar", "-d", "--isolation", "instance", "--state", str(good), "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    sb = json.loads(result.stdout)
+    assert daemon.ok("GET", f"/v1/sandboxes/{sb['id']}/state")["state"]["owner"]["name"] == "Sam Lee"
+    refused = envreg(daemon.home, "run", "calendar", "-d", "--isolation", "instance", "--state", str(bad))
+    assert refused.returncode == 1 and "invalid state" in refused.stderr and "calendars" in refused.stderr
+    assert [s["id"] for s in daemon.ok("GET", "/v1/sandboxes")] == [sb["id"]]
+    missing = envreg(daemon.home, "run", "calendar", "-d", "--state", str(tmp_path / "nope.json"))
+    assert missing.returncode == 1 and "cannot read --state" in missing.stderr
+
+
+@pytest.mark.anyio
+async def test_run_in_the_foreground_until_ctrl_c(tmp_path: Path) -> None:
+    env = {**os.environ, "ENVREG_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envreg.cli.main", "run", "calendar", "--isolation", "container", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.poll() is not None else "no output"
+        sb = json.loads(line)
+        async with mcp_client(sb["mcp_url"], "2025-11-25", token=sb["token"]) as client:
+            result = await client.call_tool("list_calendars", {})
+            assert not result.is_error
+        label = f"io.envreg.runtime.pid={proc.pid}"
+        assert len(docker_ids("container", label)) == 1
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0, proc.stderr.read()
+        assert f"removed sandbox {sb['id']}" in proc.stderr.read()
+        deadline = time.monotonic() + 10
+        while docker_ids("container", label) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert docker_ids("container", label) == [] and docker_ids("network", label) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
