@@ -69,6 +69,7 @@ class Runtime:
         self.instances_per_container = instances_per_container
         self.limits = limits
         self._environments: dict[str, Environment] = {}
+        self._pinned: dict[str, str] = {}
         self._stack: AsyncExitStack | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._docker: Any = None
@@ -126,7 +127,7 @@ class Runtime:
 
     async def _remote_sandbox(self, env: str | Environment, isolation: str) -> Sandbox:
         pools = await self._ensure_docker()
-        image = self.resolve_image(env.name if isinstance(env, Environment) else env)
+        image = await self.resolve_image(env.name if isinstance(env, Environment) else env)
         token = secrets.token_urlsafe(24)
         if isolation == "container":
             container = await pools.acquire_container(image)
@@ -174,7 +175,7 @@ class Runtime:
     async def warm(self, env: str, isolation: Isolation, n: int) -> None:
         """Fill the warm pool of `env` on a Docker tier to `n` now (and keep it there)."""
         pools = await self._ensure_docker()
-        image = self.resolve_image(env)
+        image = await self.resolve_image(env)
         self.pool_sizes[f"{isolation}:{image}"] = n
         await pools.prewarm(image, isolation, n)
 
@@ -185,11 +186,17 @@ class Runtime:
         self.sandboxes.pop(sandbox.id, None)
 
     # docker tiers ------------------------------------------------------------------------------
-    def resolve_image(self, ref: str) -> str:
-        """An image ID for an environment reference (name, name:version, name@sha256:..., image ref)."""
-        from envreg.runtime.images import resolve_image
+    async def resolve_image(self, ref: str) -> str:
+        """The image ID for an environment reference (name, name:version, name@sha256:..., image ref).
 
-        return resolve_image(self._docker.client, ref)
+        A runtime pins each reference at its first use, so every rollout of a run gets the same
+        image (and its warm pool) even if the name is rebuilt meanwhile; a new runtime sees the rebuild.
+        """
+        if ref not in self._pinned:
+            from envreg.runtime.images import resolve_image
+
+            self._pinned[ref] = await anyio.to_thread.run_sync(resolve_image, self._docker.client, ref)
+        return self._pinned[ref]
 
     async def _ensure_docker(self) -> Any:
         if self._task_group is None:
