@@ -313,7 +313,7 @@ def test_invalid_manifest_is_refused_and_nothing_is_tagged(docker_engine, tmp_pa
     )
     assert proc.returncode == 1
     assert f"refused: {name}" in proc.stderr and "not a valid manifest" in proc.stderr, proc.stderr
-    assert "nothing was reference_images" in proc.stderr
+    assert "nothing was built" in proc.stderr
     assert _docker("images", "-q", f"envreg/{name}").stdout.strip() == ""
 
     path.write_text("{not json")
