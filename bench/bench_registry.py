@@ -107,8 +107,9 @@ def main() -> None:
     os.environ["ENVREG_IMAGE_PREFIX"] = f"envregbench{uuid.uuid4().hex[:6]}/"
     import docker
 
-    from envreg.registry import engine, index, ops
+    from envreg.registry import engine, index, transfer
     from envreg.registry.client import RegistryClient
+    from envreg.registry.search import search
     from envreg.registry.testing import LocalRegistry
 
     client = docker.from_env()
@@ -125,7 +126,7 @@ def main() -> None:
         print(f"registry {reg.address} (CNCF Distribution, storage {work / 'registry'})")
         index.record_image(image.id, "built")
         t = time.perf_counter()
-        pushed = ops.push("calendar", reg.address)
+        pushed = transfer.push("calendar", reg.address)
         print(
             f"push calendar:1.0.0 ({image.attrs['Size'] / 1e6:.0f} MB image): {time.perf_counter() - t:.2f} s"
         )
@@ -134,7 +135,7 @@ def main() -> None:
         for label, ref in (("by tag", "calendar:1.0.0"), ("by digest", f"calendar@{pushed.digest}")):
             mark = reg.log_mark()
             t = time.perf_counter()
-            res = ops.pull(ref, reg.address)
+            res = transfer.pull(ref, reg.address)
             dt = time.perf_counter() - t
             time.sleep(0.2)
             served = reg.requests_since(mark)
@@ -147,11 +148,11 @@ def main() -> None:
             assert not blobs and not res.transferred
         # for contrast: the same image pulled after removing it locally (its layers are shared with
         # envreg/calendar, so the engine fetches the config; a fresh host would fetch every layer)
-        ops.rm("calendar")
+        index.rm("calendar")
         engine.remove_image(image.id)
         mark = reg.log_mark()
         t = time.perf_counter()
-        res = ops.pull(f"calendar@{pushed.digest}", reg.address)
+        res = transfer.pull(f"calendar@{pushed.digest}", reg.address)
         dt = time.perf_counter() - t
         time.sleep(0.2)
         served = reg.requests_since(mark)
@@ -172,7 +173,7 @@ def main() -> None:
         for label in ("cold (no cache)", "warm (config + manifest cache)", "warm again"):
             mark = reg.log_mark()
             t = time.perf_counter()
-            hits = ops.search(target, reg.address)
+            hits = search(target, reg.address)
             dt = time.perf_counter() - t
             time.sleep(0.2)
             served = reg.requests_since(mark)
@@ -184,7 +185,7 @@ def main() -> None:
             )
             assert names == [f"env-{args.envs // 2:03d}"], names
         t = time.perf_counter()
-        hits = ops.search("synthetic", reg.address)
+        hits = search("synthetic", reg.address)
         print(
             f"search 'synthetic' (description, {len(hits)} hits): {(time.perf_counter() - t) * 1000:.0f} ms"
         )

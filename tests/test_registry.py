@@ -198,7 +198,7 @@ async def _call_tool(agent_port: int, tool: str, arguments: dict) -> tuple[bool,
 
 @pytest.mark.anyio
 async def test_build_push_remove_pull_by_digest_run(registry, derived, containers, engine) -> None:
-    from envreg.registry import index, ops
+    from envreg.registry import index, transfer
 
     image_id = derived("calendar")
     built = index.record_image(f"{PREFIX}calendar:1.0.0", "built")
@@ -231,7 +231,7 @@ async def test_build_push_remove_pull_by_digest_run(registry, derived, container
 
     # pulling again transfers nothing (no blob GET at the registry)
     mark = registry.log_mark()
-    again = ops.pull("calendar:1.0.0", registry.address)
+    again = transfer.pull("calendar:1.0.0", registry.address)
     assert not again.transferred and again.record.image_id == image_id
     assert not [r for r in registry.requests_since(mark) if "/blobs/" in r[1]]
 
@@ -242,12 +242,12 @@ async def test_build_push_remove_pull_by_digest_run(registry, derived, container
 
 
 def test_moved_tag_and_altered_manifest_label_are_refused(registry, derived, engine) -> None:
-    from envreg.registry import VerificationError, index, ops
+    from envreg.registry import VerificationError, index, transfer
 
     repo = f"{registry.address}/envreg/calendar"
     good = derived("calendar")
     index.record_image(good, "built")
-    good_digest = ops.push("calendar", registry.address).digest
+    good_digest = transfer.push("calendar", registry.address).digest
 
     # 1. the image's manifest label was altered: the manifest inside no longer matches it
     bad = derived("calendar", tag=f"{PREFIX}tampered:1", **{"io.envreg.manifest.digest": ZERO})
@@ -268,7 +268,7 @@ def test_moved_tag_and_altered_manifest_label_are_refused(registry, derived, eng
     _engine_push(engine, other, repo, "1.0.0")
     _remove(engine, other)
     with pytest.raises(VerificationError, match="tag now points at another image"):
-        ops.pull("calendar:1.0.0", registry.address)
+        transfer.pull("calendar:1.0.0", registry.address)
     assert [r.to_json() for r in index.list_records()] == before
     assert not _present(other)
 
@@ -284,18 +284,18 @@ def test_moved_tag_and_altered_manifest_label_are_refused(registry, derived, eng
     assert not _present(airline)
 
     # the pinned digest still pulls what was pushed
-    assert ops.pull(f"calendar@{good_digest}", registry.address).record.image_id == good
+    assert transfer.pull(f"calendar@{good_digest}", registry.address).record.image_id == good
 
 
 def test_search_by_tool_name_and_inspect(registry, derived, tmp_path: Path, monkeypatch) -> None:
-    from envreg.registry import index, ops
+    from envreg.registry import index, transfer
 
     derived("calendar")
     derived("airline")
     index.record_image(f"{PREFIX}calendar:1.0.0", "built")
     index.record_image(f"{PREFIX}airline:1.0.0", "built")
-    ops.push("calendar", registry.address)
-    ops.push("airline", registry.address)
+    transfer.push("calendar", registry.address)
+    transfer.push("airline", registry.address)
     calendar_tools = [t["name"] for t in json.loads(Path("manifests/calendar.json").read_text())["tools"]]
     tool = "respond_to_invitation" if "respond_to_invitation" in calendar_tools else calendar_tools[-1]
 
@@ -313,7 +313,7 @@ def test_search_by_tool_name_and_inspect(registry, derived, tmp_path: Path, monk
     assert all(t in shown for t in calendar_tools) and "state schema" in shown
 
     # locally, after a pull
-    ops.pull("calendar", registry.address)
+    transfer.pull("calendar", registry.address)
     shown = _cli("inspect", "calendar").stdout
     assert all(t in shown for t in calendar_tools)
     data = json.loads(_cli("inspect", "calendar", "--json").stdout)
@@ -373,14 +373,14 @@ async def test_save_wipe_load_run_and_damaged_archives(derived, containers, engi
 def test_lock_then_pull_locked_on_a_clean_state(
     registry, derived, engine, tmp_path: Path, monkeypatch
 ) -> None:
-    from envreg.registry import index, ops
+    from envreg.registry import index, transfer
     from envreg.registry.lockfile import Lockfile
 
     cal, air = derived("calendar"), derived("airline")
     index.record_image(cal, "built")
     index.record_image(air, "built")
-    ops.push("calendar", registry.address)
-    ops.push("airline", registry.address)
+    transfer.push("calendar", registry.address)
+    transfer.push("airline", registry.address)
     lockfile = tmp_path / "envreg.lock"
     _cli("lock", "calendar", "airline", "--registry", registry.address, "-o", str(lockfile))
     locked = Lockfile.read(lockfile)
@@ -415,7 +415,8 @@ def test_lock_then_pull_locked_on_a_clean_state(
 
 
 def test_basic_auth_registry(engine, derived, tmp_path: Path, monkeypatch) -> None:
-    from envreg.registry import AuthError, index, ops
+    from envreg.registry import AuthError, index, transfer
+    from envreg.registry.search import search
     from envreg.registry.testing import LocalRegistry
 
     with LocalRegistry(tmp_path / "auth-registry", users={"alice": "s3cret"}) as reg:
@@ -423,14 +424,14 @@ def test_basic_auth_registry(engine, derived, tmp_path: Path, monkeypatch) -> No
         index.record_image(f"{PREFIX}calendar:1.0.0", "built")
         monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
         with pytest.raises(AuthError, match="refused access anonymously"):
-            ops.search("calendar", reg.address)
+            search("calendar", reg.address)
         monkeypatch.setenv("ENVREG_REGISTRY_USERNAME", "alice")
         monkeypatch.setenv("ENVREG_REGISTRY_PASSWORD", "wrong")
         with pytest.raises(AuthError, match="refused access as 'alice'"):
-            ops.search("calendar", reg.address)
+            search("calendar", reg.address)
         monkeypatch.setenv("ENVREG_REGISTRY_PASSWORD", "s3cret")
-        pushed = ops.push("calendar", reg.address)
-        hits = ops.search("calendar", reg.address)
+        pushed = transfer.push("calendar", reg.address)
+        hits = search("calendar", reg.address)
         assert {h.where for h in hits} == {"local", f"{reg.address}/envreg/calendar"}
 
         # the same credentials from the Docker credential store (config.json auths)

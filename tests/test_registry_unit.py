@@ -262,7 +262,7 @@ def _archive(tmp_path: Path) -> Path:
 
 
 def test_archive_verification(tmp_path: Path) -> None:
-    from envreg.registry.ops import verify_archive
+    from envreg.registry.archive import verify_archive
 
     path = _archive(tmp_path)
     meta, lock = verify_archive(path)

@@ -115,10 +115,11 @@ def push(
     as_json: JsonOpt = False,
 ) -> None:
     """Push an environment to an OCI registry (then pull it anywhere by digest)."""
-    from envreg.registry import ops
+    from envreg.registry import transfer
+    from envreg.registry.refs import default_registry
 
     with errors():
-        reg = ops.default_registry(registry)
+        reg = default_registry(registry)
         if not reg:
             from envreg.registry.errors import RegistryError
 
@@ -126,7 +127,7 @@ def push(
                 "no registry to push to", "pass --registry HOST[:PORT] or set ENVREG_REGISTRY"
             )
         with progress("push") as on:
-            res = ops.push(ref, reg, namespace=namespace, force=force, progress=on)
+            res = transfer.push(ref, reg, namespace=namespace, force=force, progress=on)
     if as_json:
         _dump(
             {
@@ -163,7 +164,7 @@ def pull(
     as_json: JsonOpt = False,
 ) -> None:
     """Pull environments by digest, verifying image and manifest digests; a mismatch records nothing."""
-    from envreg.registry import ops
+    from envreg.registry import transfer
     from envreg.registry.lockfile import Lockfile
 
     results = []
@@ -174,13 +175,15 @@ def pull(
                 wanted = set(refs)
                 lock = Lockfile([e for e in lock.environments if e.name in wanted or e.ref in wanted])
             with progress("pull") as on:
-                results = ops.pull_locked(lock, progress=on)
+                results = transfer.pull_locked(lock, progress=on)
         else:
             if not refs:
                 raise ValueError("name at least one environment (or pass --locked)")
             for ref in refs:
                 with progress("pull") as on:
-                    results.append(ops.pull(ref, registry, namespace=namespace, replace=replace, progress=on))
+                    results.append(
+                        transfer.pull(ref, registry, namespace=namespace, replace=replace, progress=on)
+                    )
     if as_json:
         _dump([{**_record_json(r.record), "transferred": r.transferred} for r in results])
         return
@@ -199,10 +202,10 @@ def search(
     as_json: JsonOpt = False,
 ) -> None:
     """Find environments in the local index and a registry (metadata only, nothing pulled)."""
-    from envreg.registry import ops
+    from envreg.registry.search import search as search_environments
 
     with errors():
-        hits = ops.search(text, registry, namespace=namespace)
+        hits = search_environments(text, registry, namespace=namespace)
     if as_json:
         _dump([h.to_json() for h in hits])
         return
@@ -328,22 +331,23 @@ def _type_of(spec: dict) -> str:
 
 
 def _remote_manifest(ref: str, registry: str, namespace: str):
-    from envreg.registry import ops
     from envreg.registry.client import RegistryClient
     from envreg.registry.errors import NotFound
     from envreg.registry.index import LocalIndex
     from envreg.registry.refs import EnvRef, remote_for
+    from envreg.registry.search import remote_manifest
+    from envreg.registry.transfer import _find_by_digest, _newest_tag
 
     env = EnvRef.parse(ref)
     remote = remote_for(env, registry, namespace)
     with RegistryClient(remote.registry) as rc:
         if env.digest:
-            mdigest, _ = ops._find_by_digest(rc, remote.repository, env.digest)
+            mdigest, _ = _find_by_digest(rc, remote.repository, env.digest)
             reference = mdigest
         else:
-            reference = env.version or ops._newest_tag(rc, remote.repository)
+            reference = env.version or _newest_tag(rc, remote.repository)
         img = rc.image(remote.repository, reference)
-        manifest = ops.remote_manifest(rc, img, LocalIndex())
+        manifest = remote_manifest(rc, img, LocalIndex())
     if manifest is None:
         raise NotFound(f"{remote.repo}:{reference}: no verifiable environment manifest in the image")
     return manifest, {
@@ -359,11 +363,11 @@ def rm(
     keep_image: Annotated[bool, typer.Option("--keep-image", help="Only forget the index record.")] = False,
 ) -> None:
     """Remove environments from the local index and untag their images."""
-    from envreg.registry import ops
+    from envreg.registry import index
 
     with errors():
         for ref in refs:
-            for r in ops.rm(ref, keep_image=keep_image):
+            for r in index.rm(ref, keep_image=keep_image):
                 out.print(f"removed {r.ref} (image {_short(r.image_id)})")
 
 
@@ -377,10 +381,10 @@ def lock(
     output: Annotated[Path, typer.Option("--output", "-o", help="Lockfile path.")] = Path("envreg.lock"),
 ) -> None:
     """Pin a suite of environments by image and manifest digest in envreg.lock."""
-    from envreg.registry import ops
+    from envreg.registry import transfer
 
     with errors():
-        lockfile = ops.lock(names, registry, namespace=namespace)
+        lockfile = transfer.lock(names, registry, namespace=namespace)
         lockfile.write(output)
     for e in lockfile.environments:
         where = f" from {e.repository}@{_short(e.repo_digest)}" if e.pull_ref else " (not pushed: local only)"
@@ -393,10 +397,10 @@ def save(
     output: Annotated[Path, typer.Option("--output", "-o", help="Archive path (a tar file).")],
 ) -> None:
     """Save environments (images, manifests, lock) into one archive for air-gapped hosts."""
-    from envreg.registry import ops
+    from envreg.registry import archive
 
     with errors(), progress("save") as on:
-        lockfile = ops.save(names, output, progress=on)
+        lockfile = archive.save(names, output, progress=on)
     size = output.stat().st_size
     out.print(f"saved {', '.join(e.ref for e in lockfile.environments)} to {output} ({size / 1e6:.1f} MB)")
 
@@ -406,10 +410,10 @@ def load(
     as_json: JsonOpt = False,
 ) -> None:
     """Load an archive; every digest is verified before anything is recorded."""
-    from envreg.registry import ops
+    from envreg.registry.archive import load as load_archive
 
     with errors(), progress("load") as on:
-        records = ops.load(archive, progress=on)
+        records = load_archive(archive, progress=on)
     if as_json:
         _dump([_record_json(r, manifest=False) for r in records])
         return

@@ -11,6 +11,7 @@ by digest.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import sqlite3
@@ -270,6 +271,33 @@ def list_records(name: str | None = None) -> list[IndexRecord]:
 
 def remove(name: str, version: str | None = None) -> list[IndexRecord]:
     return default_index().remove(name, version)
+
+
+def rm(ref: str, *, keep_image: bool = False, index: LocalIndex | None = None) -> list[IndexRecord]:
+    """Forget `name` (every version) or `name:version` and untag its image (removed when nothing else names it)."""
+    from envreg.registry import engine
+
+    index = index or LocalIndex()
+    env = EnvRef.parse(ref)
+    if env.digest:
+        targets = [index.resolve(env)]
+    else:
+        targets = [r for r in index.list(env.name) if env.version is None or r.version == env.version]
+    if not targets:
+        index.resolve(env)  # raises NotFound naming what is known
+    for r in targets:
+        index.remove(r.name, r.version)
+        if keep_image:
+            continue
+        with contextlib.suppress(RegistryError):
+            info = engine.image_info(r.image_id)
+            if info is None:
+                continue
+            if r.local_ref in info.tags:
+                engine.untag(r.local_ref)
+            if r.repo_digest and r.repo_digest in info.repo_digests:
+                engine.untag(r.repo_digest)
+    return targets
 
 
 def describe(record: IndexRecord) -> str:

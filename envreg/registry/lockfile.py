@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envreg.registry.errors import RegistryError
+from envreg.registry.errors import RegistryError, VerificationError
 from envreg.registry.refs import is_digest
 
 LOCK_VERSION = 1
@@ -80,3 +80,25 @@ class Lockfile:
         p = Path(path)
         p.write_text(self.dumps())
         return p
+
+
+def check_expected(
+    expect: LockEntry,
+    name: str | None,
+    version: str | None,
+    image_id: str,
+    manifest_digest: str | None,
+    what: str,
+) -> None:
+    """Refuse an image (`what`, for messages) that is not exactly what the lock entry pins."""
+    if (name, version) != (expect.name, expect.version):
+        raise VerificationError(f"{what} is {name}:{version}, but the lockfile pins {expect.ref}")
+    if image_id != expect.image_id:
+        raise VerificationError(
+            f"{what}: image {image_id} is not the locked {expect.image_id} for {expect.ref}",
+            "the registry no longer serves the locked image; re-lock on purpose with `envreg lock`",
+        )
+    if manifest_digest != expect.manifest_digest:
+        raise VerificationError(
+            f"{what}: manifest {manifest_digest} is not the locked {expect.manifest_digest} for {expect.ref}"
+        )

@@ -16,6 +16,11 @@ def image_prefix() -> str:
     return os.environ.get("ENVREG_IMAGE_PREFIX", "envreg/")
 
 
+def default_registry(registry: str | None) -> str | None:
+    """The registry given, else `$ENVREG_REGISTRY`, else None."""
+    return registry or os.environ.get("ENVREG_REGISTRY") or None
+
+
 def local_repo(name: str) -> str:
     return f"{image_prefix()}{name}"
 
