@@ -150,19 +150,19 @@ async def test_invalid_state_is_422_and_the_old_state_is_kept(env_server) -> Non
     assert r.status_code == 422
 
 
-@pytest.mark.parametrize(
-    ("method", "path"),
-    [
-        ("GET", "/healthz"),
-        ("GET", "/manifest"),
-        ("GET", "/instances"),
-        ("POST", "/instances"),
-        ("GET", "/instances/default/state"),
-        ("PUT", "/instances/default/state"),
-        ("POST", "/instances/default/reset"),
-        ("DELETE", "/instances/default"),
-    ],
-)
+CONTROL_ROUTES = [
+    ("GET", "/healthz"),
+    ("GET", "/manifest"),
+    ("GET", "/instances"),
+    ("POST", "/instances"),
+    ("GET", "/instances/default/state"),
+    ("PUT", "/instances/default/state"),
+    ("POST", "/instances/default/reset"),
+    ("DELETE", "/instances/default"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), CONTROL_ROUTES)
 @pytest.mark.parametrize("token", [None, "wrong-token"])
 async def test_control_plane_requires_the_token(env_server, method, path, token) -> None:
     server = env_server(COUNTER)
@@ -172,18 +172,7 @@ async def test_control_plane_requires_the_token(env_server, method, path, token)
     assert r.headers["www-authenticate"] == "Bearer"
 
 
-@pytest.mark.parametrize(
-    ("method", "path"),
-    [
-        ("GET", "/healthz"),
-        ("GET", "/manifest"),
-        ("GET", "/instances"),
-        ("POST", "/instances"),
-        ("GET", "/instances/default/state"),
-        ("PUT", "/instances/default/state"),
-        ("POST", "/i/default/reset"),
-    ],
-)
+@pytest.mark.parametrize(("method", "path"), [*CONTROL_ROUTES, ("POST", "/i/default/reset")])
 async def test_agent_plane_exposes_no_control_route(env_server, method, path) -> None:
     server = env_server(COUNTER)
     r = httpx2.request(method, f"{server.url}{path}", headers=server.auth, json={})
