@@ -41,6 +41,10 @@ class Runtime:
         print(sb.mcp_url, sb.token)          # for an external MCP agent, through the gateway
         forks = await rt.fork(await sb.snapshot(), 8, isolation="instance")
     ```
+
+    `pool` gives warm-pool sizes per tier (or per ``"<tier>:<image id>"``); a pool is refilled in the
+    background from its first acquire on, and `warm()` fills one at once. The Docker tiers need the
+    runtime entered as a context manager: leaving it removes every container and network it made.
     """
 
     def __init__(
