@@ -2,7 +2,7 @@
 
 Figures are printed, never asserted. Run from the repository root:
 
-    bench/setup-bench-venv                      # once: .venv-bench with fastmcp + openenv-core
+    bench/setup-bench-venv                      # once: .venv-bench (fastmcp), .venv-openenv (openenv)
     .venv-bench/bin/python bench/bench_server.py [--quick] [--env tests/fixtures/counter]
 
 (`python bench/bench_server.py` from another interpreter re-executes itself under .venv-bench.)
@@ -14,7 +14,8 @@ and exposes the same counter tool `increment(by)`:
   envreg SDK      the same with `--no-fast-path` (the mcp SDK inside envreg)
   mcp SDK         `MCPServer` (mcp 2.3.0) streamable HTTP, json_response=True, one shared counter
   fastmcp         `FastMCP` (4.2.3) `http_app(json_response=True)`, one shared counter
-  OpenEnv         `create_app` (openenv-core 0.3.0); each WebSocket /ws gets its own env session
+  OpenEnv         `create_app` (openenv 0.10.0); each WebSocket /ws gets its own env session. openenv
+                  requires fastmcp<4, so this server runs under its own venv, .venv-openenv
 MCP servers get pre-encoded HTTP/1.1 2026-07-28 sessionless `tools/call` requests over keep-alive
 raw sockets (asyncio + uvloop, status line and Content-Length parsing only); OpenEnv gets
 pre-encoded masked WebSocket text frames `{"type":"step","data":{"by":1}}`. Server CPU is read
@@ -41,6 +42,7 @@ from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_VENV_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
+OPENENV_VENV_PYTHON = ROOT / ".venv-openenv" / "bin" / "python"  # openenv==0.10.0 (needs fastmcp<4)
 MODERN = "2026-07-28"
 TOKEN = "bench-token"
 REFERENCE = (
@@ -55,7 +57,10 @@ REFERENCE = (
 def _uvicorn_run(app: object, port: int) -> None:
     import uvicorn
 
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)  # type: ignore[arg-type]
+    uvicorn.run(
+        app,  # type: ignore[arg-type]
+        host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning", access_log=False,
+    )  # fmt: skip
 
 
 def serve_sdk(port: int) -> None:
@@ -89,7 +94,10 @@ def serve_fastmcp(port: int) -> None:
 
 
 def serve_openenv(port: int) -> None:
-    """An OpenEnv environment stepping the counter; one environment per WebSocket session."""
+    """An OpenEnv environment stepping the counter; one environment per WebSocket session.
+
+    Runs under .venv-openenv (openenv 0.10.0 only, no envreg): only this module's stdlib imports load.
+    """
     from openenv.core.env_server.http_server import create_app
     from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.types import Action, Observation, State
@@ -162,6 +170,8 @@ class Server:
     log: IO[bytes] | None = None
 
     def start(self, timeout: float = 90) -> None:
+        if not Path(self.argv[0]).exists():
+            raise RuntimeError(f"{self.argv[0]} is missing: create it with bench/setup-bench-venv")
         self.log = tempfile.NamedTemporaryFile(prefix="bench-server-", suffix=".log")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
         wait_port = self.control_port or self.port
@@ -235,7 +245,8 @@ def envreg_server(env: str, fast_path: bool) -> Server:
 
 def child_server(name: str, kind: str) -> Server:
     server = Server(name, [], "ws" if kind == "openenv" else "mcp")
-    server.argv = [sys.executable, __file__, "--serve", kind, "--port", str(server.port)]
+    python = str(OPENENV_VENV_PYTHON) if kind == "openenv" else sys.executable
+    server.argv = [python, __file__, "--serve", kind, "--port", str(server.port)]
     return server
 
 
@@ -293,6 +304,7 @@ def ws_frame(payload: bytes, opcode: int = 0x1) -> bytes:
 
 
 class WsConn(Conn):
+    # what openenv 0.10.0's EnvClient sends per step: {"type": "step", "data": <action fields>}
     STEP = ws_frame(b'{"type":"step","data":{"by":1}}')
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -468,10 +480,12 @@ def print_report(results: list[Result], local: list[tuple[str, float]], args: ar
 
 
 def ensure_bench_venv() -> None:
-    """Re-execute under .venv-bench when fastmcp / openenv are missing here; say how to make it if absent."""
+    """Re-execute under .venv-bench when fastmcp is missing here; say how to make it if absent.
+
+    (openenv is not needed here: its server runs under .venv-openenv, and the client is a raw WebSocket.)
+    """
     try:
         import fastmcp  # noqa: F401
-        import openenv  # noqa: F401
     except ImportError:
         if (
             BENCH_VENV_PYTHON.exists()
@@ -479,7 +493,7 @@ def ensure_bench_venv() -> None:
         ):
             os.execv(BENCH_VENV_PYTHON, [str(BENCH_VENV_PYTHON), __file__, *sys.argv[1:]])
         sys.exit(
-            "fastmcp and openenv-core are not installed here (they are not envreg dependencies).\n"
+            "fastmcp is not installed here (it is not an envreg dependency).\n"
             "Create the benchmark venv with `bench/setup-bench-venv`, then run\n"
             "  .venv-bench/bin/python bench/bench_server.py"
         )
