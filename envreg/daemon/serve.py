@@ -162,6 +162,7 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
                     write_daemon_file(url, token)
                 if ready is not None:
                     ready(url, token)
+            await app.gateway.upstream.aclose()
     finally:
         if config.write_file:
             remove_daemon_file()

@@ -10,7 +10,9 @@ import httpx2
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
+from envreg.runtime.docker_backend import AGENT_PORT
 from envreg.runtime.sandbox import RemoteSandbox, Sandbox
+from envreg.runtime.upstream import UpstreamError, UpstreamPool
 from envreg.server.http import BodyTooLarge, read_body, send_json
 
 _HOP_BY_HOP = {
@@ -43,6 +45,7 @@ class Gateway:
         self.lookup = lookup
         self.http = http
         self.max_body = max_body
+        self.upstream = UpstreamPool()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -73,10 +76,38 @@ class Gateway:
             await send_json(send, 413, {"error": f"request body over the {self.max_body} byte limit"})
             return
         headers = [(k, v) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
-        url = sandbox.upstream_url + (
-            f"?{scope['query_string'].decode()}" if scope.get("query_string") else ""
-        )
-        request = self.http.build_request(scope["method"], url, headers=headers, content=body)
+        query = f"?{scope['query_string'].decode()}" if scope.get("query_string") else ""
+        if scope["method"] == "POST":
+            await self._post(sandbox, sandbox.path + query, headers, body, send)
+        else:
+            await self._stream(sandbox, scope["method"], sandbox.upstream_url + query, headers, body, send)
+
+    async def _post(
+        self, sandbox: RemoteSandbox, target: str, headers: list, body: bytes, send: Send
+    ) -> None:
+        """The hot path: one MCP message over a pooled keep-alive connection."""
+        try:
+            key = (sandbox.container.id, sandbox.container.ip, AGENT_PORT)
+            response = await self.upstream.post(key, target, headers, body)
+        except (UpstreamError, OSError) as exc:
+            await send_json(send, 502, {"error": f"sandbox {sandbox.id} did not answer: {exc}"})
+            return
+        try:
+            out = [
+                (k, v) for k, v in response.headers if k not in _HOP_BY_HOP and k not in (b"date", b"server")
+            ]
+            await send({"type": "http.response.start", "status": response.status, "headers": out})
+            async for chunk in response.body:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await response.body.aclose()
+
+    async def _stream(
+        self, sandbox: RemoteSandbox, method: str, url: str, headers: list, body: bytes, send: Send
+    ) -> None:
+        """Everything else (the session era's GET stream, DELETE) through the general client."""
+        request = self.http.build_request(method, url, headers=headers, content=body)
         try:
             response = await self.http.send(request, stream=True)
         except httpx2.TransportError as exc:

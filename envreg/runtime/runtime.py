@@ -81,6 +81,7 @@ class Runtime:
         self._http: httpx2.AsyncClient | None = None
         self._docker_lock = anyio.Lock()
         self._events: Any = None
+        self._gateway: Any = None
 
     async def __aenter__(self) -> Runtime:
         self._stack = AsyncExitStack()
@@ -267,7 +268,7 @@ class Runtime:
 
         from envreg.runtime.gateway import Gateway, QuietServer
 
-        gateway = Gateway(self.get, self._http)
+        gateway = self._gateway = Gateway(self.get, self._http)
         config = uvicorn.Config(
             gateway,
             host=self.gateway_host,
@@ -315,6 +316,8 @@ class Runtime:
                 self._docker = self._pools = None
             if self._http is not None:
                 await self._http.aclose()
+            if self._gateway is not None:
+                await self._gateway.upstream.aclose()
             if getattr(self, "_gateway_server", None) is not None:
                 self._gateway_server.should_exit = True
         if self._task_group is not None:

@@ -70,7 +70,13 @@ async def serve_async(
     import uvicorn
 
     server = EnvServer.build(config, env)
-    common: dict[str, Any] = {"host": config.host, "log_level": "warning", "access_log": False}
+    # keep-alive outlasts the gateway's pooled connections (envreg.runtime.upstream.IDLE_SECONDS)
+    common: dict[str, Any] = {
+        "host": config.host,
+        "log_level": "warning",
+        "access_log": False,
+        "timeout_keep_alive": 75,
+    }
     agent = uvicorn.Server(uvicorn.Config(server.agent, port=config.port, lifespan="on", **common))
     control = uvicorn.Server(
         uvicorn.Config(server.control, port=config.control_port, lifespan="off", **common)
