@@ -3,13 +3,13 @@
 Figures are printed, never asserted. Run from the repository root:
 
     bench/setup-bench-venv                      # once: .venv-bench (fastmcp), .venv-openenv (openenv)
-    .venv-bench/bin/python bench/bench_server.py [--quick] [--env tests/fixtures/counter]
+    .venv-bench/bin/python bench/bench_server.py [--quick] [--env FOLDER]
 
 (`python bench/bench_server.py` from another interpreter re-executes itself under .venv-bench.)
 
 Every server runs as its own subprocess on 127.0.0.1 (uvicorn, uvloop, httptools, access log off)
 and exposes the same counter tool `increment(by)`:
-  envreg lean     `envreg serve-env bench/counter_env`; each connection gets its own instance
+  envreg lean     `envreg serve-env tests/fixtures/counter`; each connection gets its own instance
                   (`POST /instances` on the control plane) at /i/<id>/mcp
   envreg SDK      the same with `--no-fast-path` (the mcp SDK inside envreg)
   mcp SDK         `MCPServer` (mcp 2.3.0) streamable HTTP, json_response=True, one shared counter
@@ -504,7 +504,9 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="a short run (500 seq calls, 50 x 20 concurrent)"
     )
-    parser.add_argument("--env", default=str(ROOT / "bench" / "counter_env"), help="environment for envreg")
+    parser.add_argument(
+        "--env", default=str(ROOT / "tests" / "fixtures" / "counter"), help="environment for envreg"
+    )
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--serve", choices=sorted(SERVE), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)

@@ -20,7 +20,7 @@ async def test_sandbox_calls_tools_and_exposes_state() -> None:
         assert (await sb.state())["value"] == 4
         with pytest.raises(UnknownToolError):
             await sb.call_tool("nope")
-        await sb.load_state({"value": 10, "history": []})
+        await sb.load_state({"value": 10})
         assert (await sb.call_tool("get")).value == 10
         with pytest.raises(InvalidState):
             await sb.load_state({"value": "x"})
