@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx2
 
+from envreg.canonical import canonical_json, sha256_hex
 from envreg.env import Scenario, states_equal
 from envreg.env.scenario import CallOutcome, run_steps
 from envreg.runtime import Sandbox
@@ -64,9 +65,10 @@ async def play(
                 return outcome
 
             report.failures = await run_steps(scenario, call)
-    report.final_sha256 = await sandbox.state_sha256()
+    final_state = await sandbox.state()
+    report.final_sha256 = sha256_hex(canonical_json(final_state))
     if scenario.final_state is not None:
-        report.state_matches = states_equal(await sandbox.state(), scenario.final_state, volatile)
+        report.state_matches = states_equal(final_state, scenario.final_state, volatile)
     return report
 
 

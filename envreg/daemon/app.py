@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 import httpx2
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -423,23 +422,8 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
         snap = snapshot(body.snapshot)
         isolation = body.isolation if "isolation" in body.model_fields_set else settings.default_tier
         check_tier(isolation, snap.env)
-        created: list[Sandbox] = []
-
-        async def one() -> None:
-            created.append(
-                await rt.sandbox(snap.env, isolation=isolation, state=snap, ttl=ttl_or_default(body.ttl))  # type: ignore[arg-type]
-            )
-
         with reserve(body.n), _translated():
-            try:
-                async with anyio.create_task_group() as tg:
-                    for _ in range(body.n):
-                        tg.start_soon(one)
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    for sb in created:
-                        await sb.close("its fork group failed")
-                raise
+            created = await rt.fork(snap, body.n, isolation=isolation, ttl=ttl_or_default(body.ttl))  # type: ignore[arg-type]
         return [info(sb) for sb in created]
 
     @api.post(

@@ -127,16 +127,14 @@ class Instance(Generic[S]):
         self.state: S = env.initial_state() if state is None else self._coerce(state)
         self.calls = 0
 
-    def _coerce(self, state: S | dict[str, Any]) -> S:
+    def _coerce(self, state: S | dict[str, Any] | str | bytes) -> S:
         if isinstance(state, self.env.state_model):
             return state.model_copy(deep=True)
         return self.env.parse_state(state)  # type: ignore[arg-type]
 
     def load_state(self, state: S | dict[str, Any] | str | bytes) -> None:
         """Replace the state; on a validation error the old state is kept."""
-        self.state = (
-            self._coerce(state) if not isinstance(state, str | bytes) else self.env.parse_state(state)
-        )
+        self.state = self._coerce(state)
 
     def reset(self) -> None:
         self.state = self.env.initial_state()

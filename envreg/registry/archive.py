@@ -18,10 +18,9 @@ from typing import Any
 
 from envreg.registry import engine
 from envreg.registry.engine import Progress
-from envreg.registry.errors import NotFound, RegistryError, VerificationError
+from envreg.registry.errors import RegistryError, VerificationError
 from envreg.registry.index import IndexRecord, LocalIndex
 from envreg.registry.lockfile import LockEntry, Lockfile, check_expected
-from envreg.registry.refs import short
 
 ARCHIVE_INDEX = "envreg-archive.json"
 ARCHIVE_FORMAT = "envreg-archive"
@@ -55,17 +54,7 @@ def save(
         rec = index.resolve(n)
         if any(r.image_id == rec.image_id and r.ref == rec.ref for r in records):
             continue
-        info = engine.image_info(rec.image_id)
-        if info is None:
-            raise NotFound(
-                f"{rec.ref}: the engine no longer has image {short(rec.image_id)}",
-                f"rebuild or pull it, or forget it: `envreg rm {rec.ref}`",
-            )
-        m = engine.verified_manifest(info, rec.ref)
-        if m.digest != rec.manifest_digest:
-            raise VerificationError(
-                f"{rec.ref}: image manifest {m.digest} is not the recorded {rec.manifest_digest}"
-            )
+        engine.recorded_image(rec)
         records.append(rec)
     if not records:
         raise RegistryError("nothing to save", "name at least one environment: `envreg save NAME... -o FILE`")

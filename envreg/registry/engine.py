@@ -11,10 +11,13 @@ import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envreg.manifest import Manifest
 from envreg.registry.errors import NotFound, RegistryError, VerificationError
+
+if TYPE_CHECKING:
+    from envreg.registry.index import IndexRecord
 
 LABEL_NAME = "io.envreg.name"
 LABEL_VERSION = "io.envreg.version"
@@ -159,6 +162,24 @@ def verified_manifest(info: ImageInfo, ref: str | None = None) -> Manifest:
             f"{what}: labels say {info.name}:{info.version} but its manifest is {manifest.ref}"
         )
     return manifest
+
+
+def recorded_image(record: IndexRecord) -> tuple[ImageInfo, Manifest]:
+    """The engine's image for an index record, with its manifest checked against the record."""
+    from envreg.registry.refs import short
+
+    info = image_info(record.image_id)
+    if info is None:
+        raise NotFound(
+            f"{record.ref} is in the index but the engine no longer has its image {short(record.image_id)}",
+            f"rebuild or pull it again, or forget it: `envreg rm {record.ref}`",
+        )
+    manifest = verified_manifest(info, record.ref)
+    if manifest.digest != record.manifest_digest:
+        raise VerificationError(
+            f"{record.ref}: the image's manifest {manifest.digest} is not the recorded {record.manifest_digest}"
+        )
+    return info, manifest
 
 
 def tag(image_id: str, ref: str) -> None:

@@ -65,17 +65,7 @@ def push(
     Refuses to move an existing remote tag to another image unless `force`."""
     index = index or LocalIndex()
     record = index.resolve(ref)
-    info = engine.image_info(record.image_id)
-    if info is None:
-        raise NotFound(
-            f"{record.ref} is in the index but the engine no longer has its image {short(record.image_id)}",
-            f"rebuild or pull it again, or forget it: `envreg rm {record.ref}`",
-        )
-    manifest = engine.verified_manifest(info, record.ref)
-    if manifest.digest != record.manifest_digest:
-        raise VerificationError(
-            f"{record.ref}: the image's manifest {manifest.digest} is not the recorded {record.manifest_digest}"
-        )
+    engine.recorded_image(record)
     remote = remote_for(EnvRef(record.name, record.version), registry, namespace)
     with RegistryClient(remote.registry, credentials) as rc:
         existing = rc.manifest_digest(remote.repository, record.version)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
 import httpx2
 import uvicorn
@@ -26,6 +26,7 @@ _HOP_BY_HOP = {
     b"proxy-connection",
 }
 _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"authorization", b"content-length"}
+_NOT_RELAYED = _HOP_BY_HOP | {b"date", b"server"}  # uvicorn sets its own
 PREFIX = "/sandboxes/"
 
 
@@ -93,13 +94,7 @@ class Gateway:
             await send_json(send, 502, {"error": f"sandbox {sandbox.id} did not answer: {exc}"})
             return
         try:
-            out = [
-                (k, v) for k, v in response.headers if k not in _HOP_BY_HOP and k not in (b"date", b"server")
-            ]
-            await send({"type": "http.response.start", "status": response.status, "headers": out})
-            async for chunk in response.body:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
+            await _relay(send, response.status, response.headers, response.body)
         finally:
             await response.body.aclose()
 
@@ -114,13 +109,20 @@ class Gateway:
             await send_json(send, 502, {"error": f"sandbox {sandbox.id} did not answer: {exc}"})
             return
         try:
-            out = [(k.lower(), v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP]
-            await send({"type": "http.response.start", "status": response.status_code, "headers": out})
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
+            await _relay(send, response.status_code, response.headers.raw, response.aiter_raw())
         finally:
             await response.aclose()
+
+
+async def _relay(
+    send: Send, status: int, headers: Iterable[tuple[bytes, bytes]], chunks: AsyncIterator[bytes]
+) -> None:
+    """Stream an upstream response to the client, without hop-by-hop headers or the upstream's date/server."""
+    out = [(k.lower(), v) for k, v in headers if k.lower() not in _NOT_RELAYED]
+    await send({"type": "http.response.start", "status": status, "headers": out})
+    async for chunk in chunks:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
 
 
 class QuietServer(uvicorn.Server):

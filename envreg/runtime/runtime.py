@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import secrets
 import threading
 import time
@@ -14,13 +13,11 @@ import anyio
 import httpx2
 
 from envreg.env import Environment, load_environment
-from envreg.runtime.errors import SandboxGone
 from envreg.runtime.sandbox import LocalSandbox, RemoteSandbox, Sandbox
 from envreg.runtime.snapshots import Snapshot, SnapshotStore
 
 Isolation = Literal["local", "instance", "container"]
 TIERS = ("local", "instance", "container")
-logger = logging.getLogger("envreg.runtime")
 
 
 @cache
@@ -328,4 +325,4 @@ class Runtime:
         self._task_group = None
 
 
-__all__ = ["Isolation", "Runtime", "SandboxGone", "environment_digest"]
+__all__ = ["Isolation", "Runtime", "environment_digest"]

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from envreg.canonical import sha256_hex
 from envreg.server.http import BodyTooLarge, read_body, replay, send_json
 from envreg.server.instances import DEFAULT_INSTANCE, InstanceLimitReached, InstanceStore
 
@@ -57,7 +58,7 @@ def error(status: int, message: str, **extra: Any) -> JSONResponse:
 
 def state_response(instance: Any, status: int = 200) -> Response:
     canonical = instance.state.canonical()
-    body = '{"sha256":"' + instance.state.sha256() + '","state":' + canonical + "}"
+    body = '{"sha256":"' + sha256_hex(canonical) + '","state":' + canonical + "}"
     return Response(body, status_code=status, media_type="application/json")
 
 

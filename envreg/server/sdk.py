@@ -25,8 +25,9 @@ def build_sdk_app(store: InstanceStore, max_body: int, loopback: bool) -> tuple[
     from mcp.shared.exceptions import MCPError
 
     env = store.env
-    tools = [types.Tool.model_validate(t) for t in env.list_tools()]
-    input_schemas = {t["name"]: t["inputSchema"] for t in env.list_tools()}
+    listed = env.list_tools()
+    tools = [types.Tool.model_validate(t) for t in listed]
+    input_schemas = {t["name"]: t["inputSchema"] for t in listed}
 
     def instance_for(ctx: Any) -> Any:
         path = ctx.request.url.path if ctx.request is not None else "/mcp"
