@@ -2,6 +2,7 @@
 
 from envreg.env.environment import Environment, Instance
 from envreg.env.loader import EnvironmentNotFound, load_environment
+from envreg.env.lookup import lookup
 from envreg.env.scenario import RejectedState, Scenario, Step, load_scenarios, states_equal
 from envreg.env.state import EnvState
 from envreg.env.tool import Tool, ToolAnnotations, ToolError, ToolResult, UnknownToolError
@@ -21,5 +22,6 @@ __all__ = [
     "UnknownToolError",
     "load_environment",
     "load_scenarios",
+    "lookup",
     "states_equal",
 ]

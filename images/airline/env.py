@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NaiveDatetime, StringConstraints, model_validator
 
-from envreg.env import Environment, EnvState, ToolError
+from envreg.env import Environment, EnvState, ToolError, lookup
 
 Cabin = Literal["economy", "business"]
 Membership = Literal["regular", "silver", "gold"]
@@ -305,26 +305,17 @@ env = Environment(
 
 
 def _user(state: AirlineState, user_id: str) -> User:
-    user = state.users.get(user_id)
-    if user is None:
-        raise ToolError(f"No user with id {user_id!r}. Look the customer up with find_user(email).")
-    return user
+    return lookup(state.users, user_id, "user", "Look the customer up with find_user(email).")
 
 
 def _flight(state: AirlineState, flight_id: str) -> Flight:
-    flight = state.flights.get(flight_id)
-    if flight is None:
-        raise ToolError(f"No flight with id {flight_id!r}. Find flight ids with search_flights.")
-    return flight
+    return lookup(state.flights, flight_id, "flight", "Find flight ids with search_flights.")
 
 
 def _booking(state: AirlineState, booking_id: str) -> Booking:
-    booking = state.bookings.get(booking_id)
-    if booking is None:
-        raise ToolError(
-            f"No booking with id {booking_id!r}. List a user's bookings with list_bookings(user_id)."
-        )
-    return booking
+    return lookup(
+        state.bookings, booking_id, "booking", "List a user's bookings with list_bookings(user_id)."
+    )
 
 
 def _airport(state: AirlineState, code: str) -> str:
