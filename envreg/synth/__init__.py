@@ -1,0 +1,1 @@
+"""Synthesis: tool graph, topology-aware sampling, executed trajectories, exports."""
