@@ -12,7 +12,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 COUNTER = str(FIXTURES / "counter")
 os.environ.setdefault("ENVREG_IMAGES", str(ROOT / "images"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-REFERENCE_ENVS = ["calendar", "airline", "bank"]
+# every environment of the catalog: the folders under images/ with an env.py
+REFERENCE_ENVS = sorted(p.parent.name for p in (ROOT / "images").glob("*/env.py"))
 
 from servers import EnvServerProcess  # noqa: E402
 
