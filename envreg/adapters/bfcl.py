@@ -212,7 +212,12 @@ def initial_state(class_name: str, config: dict[str, Any], long_context: bool = 
 
 @cache
 def environment(class_name: str) -> Environment:
-    """The envreg environment of one BFCL class (what images/bfcl-*/env.py serves)."""
+    """The envreg environment of one BFCL class, built once per process (the replay's local tier)."""
+    return build_environment(class_name)
+
+
+def build_environment(class_name: str) -> Environment:
+    """A new envreg environment of one BFCL class (what images/bfcl-*/env.py serves)."""
     cls = bfcl_class(class_name)
     probe = cls()
     description = getattr(probe, "_api_description", "") or (inspect.getdoc(cls) or "").split("\n")[0]

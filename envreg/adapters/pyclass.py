@@ -92,12 +92,16 @@ class ForeignState(EnvState):
 
     @model_validator(mode="after")
     def _loads(self) -> ForeignState:
+        # The state is what the object holds once it has loaded the data: the control plane's dump
+        # is the class's own dump, and a dump that does not load back shows at once.
         try:
-            self.form.load(self.to_json())
+            dumped = self.form.dump(self.live())
         except ValueError as exc:
             raise ValueError(
                 f"the {type(self).__name__.removesuffix('State')} object cannot load it: {exc}"
             ) from None
+        for name, value in dumped.items():
+            self.__dict__[name] = value
         return self
 
     def live(self) -> Any:
