@@ -112,7 +112,10 @@ def envfactory(
         mark = {True: "[green]pass[/]", False: "[red]fail[/]", None: "[yellow]skip[/]"}[check.passed]
         table.add_row(check.name, mark, check.evidence)
     out.print(table)
-    if any(c.passed is False for c in checks):
+    failed = [c for c in checks if c.passed is False]
+    for check in failed:
+        err.print(f"[red]fail:[/] {check.name}: {check.evidence}", markup=True, highlight=False)
+    if failed:
         err.print(
             f"[red]error:[/] {env.name} was imported into {folder}/ but fails the checks above; "
             "fix the tool file (envreg validate will refuse its image as it is)"

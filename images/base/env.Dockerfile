@@ -13,7 +13,7 @@ RUN --mount=type=bind,target=/ctx \
             --disable-pip-version-check --no-cache-dir --no-index --no-deps --no-compile --require-hashes \
             --find-links /ctx/wheels -r /ctx/env/requirements.lock; \
         PYTHONHASHSEED=0 python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/envreg/lib >/dev/null; \
-        find /opt/envreg -newermt @1 -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +; \
+        find /opt/envreg -newermt "@${SOURCE_DATE_EPOCH}" -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +; \
     fi
 COPY env/ /env/
 COPY manifest.json /env/manifest.json
