@@ -34,7 +34,7 @@ def sample(per_category: int) -> list[bfcl.Entry]:
 @pytest.mark.parametrize("isolation", ["container", "instance"])
 async def test_bfcl_sample_replays_through_the_docker_tiers_and_agrees(reference_images, isolation) -> None:
     entries = sample(3)
-    async with Runtime(pool={isolation: 2}) as rt:
+    async with Runtime() as rt:
         report = await replay_all(rt, entries, isolation=isolation, restore_each_turn=True, concurrency=4)
     assert len(report.results) == len(entries) >= 12
     assert report.disagreements == []

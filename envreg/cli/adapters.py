@@ -110,7 +110,8 @@ def replay(
     variant = "drop-last" if drop_last else "ground-truth"
 
     async def main():
-        pool = {} if isolation == "local" else {isolation: min(workers * 2, 32)}
+        # warm units per image (8 images): a few ready containers each, or ready instances in shared ones
+        pool = {"local": {}, "container": {"container": 3}, "instance": {"instance": workers}}[isolation]
         with Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -129,16 +130,26 @@ def replay(
                 tally["agree" if result.agree else "disagree"] += 1
                 progress.update(task, advance=1, **tally)
 
-            async with Runtime(pool=pool) as rt:
-                return await replay_all(
-                    rt,
-                    entries,
-                    isolation=isolation,
-                    variant=variant,
-                    restore_each_turn=restore_each_turn,
-                    concurrency=workers,
-                    progress=advance,
+            done = None
+            try:
+                async with Runtime(pool=pool) as rt:
+                    done = await replay_all(
+                        rt,
+                        entries,
+                        isolation=isolation,
+                        variant=variant,
+                        restore_each_turn=restore_each_turn,
+                        concurrency=workers,
+                        progress=advance,
+                    )
+                    rt.pool_sizes.clear()  # no more warm containers: the replay is over
+            except Exception as exc:
+                if done is None:
+                    raise
+                err.print(
+                    f"[yellow]warning:[/] cleaning up the runtime failed ({exc}); `envreg gc` removes leftovers"
                 )
+            return done
 
     try:
         report = anyio.run(main)
