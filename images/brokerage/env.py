@@ -69,7 +69,7 @@ class Model(BaseModel):
 class Holder(Model):
     name: Annotated[str, Field(min_length=1, max_length=200)]
     email: Annotated[str, Field(max_length=254, pattern=EMAIL)]
-    account_number: Annotated[str, Field(pattern=r"^\d{4}-\d{4}$")]
+    account_number: Annotated[str, Field(pattern=r"^\d{4}-\d{4}$", max_length=9)]
 
 
 class Instrument(Model):
@@ -189,8 +189,8 @@ class BrokerageState(EnvState):
     holder: Holder
     cash: Amount = Field(description="Settled cash in USD, including what open buy orders reserve.")
     instruments: dict[str, Instrument] = Field(default_factory=dict, max_length=500)
-    prices: dict[str, list[Bar]] = Field(
-        default_factory=dict, description="Daily bars per symbol, oldest first."
+    prices: dict[Symbol, Annotated[list[Bar], Field(max_length=5000)]] = Field(
+        default_factory=dict, max_length=500, description="Daily bars per symbol, oldest first."
     )
     positions: dict[str, Position] = Field(default_factory=dict, max_length=500)
     orders: dict[str, Order] = Field(default_factory=dict, max_length=10_000)

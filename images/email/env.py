@@ -35,7 +35,7 @@ Email = Annotated[str, Field(max_length=254, pattern=EMAIL)]
 Subject = Annotated[str, Field(max_length=200)]
 Body = Annotated[str, Field(max_length=10_000)]
 Recipients = Annotated[list[Email], Field(max_length=MAX_RECIPIENTS)]
-Color = Annotated[str, Field(pattern=r"^#[0-9A-F]{6}$")]
+Color = Annotated[str, Field(pattern=r"^#[0-9A-F]{6}$", max_length=7)]
 
 
 def _fold(text: str) -> str:

@@ -129,7 +129,7 @@ class Model(BaseModel):
 
 
 class RoomType(Model):
-    code: Annotated[str, Field(pattern=r"^[a-z_]{2,30}$")]
+    code: Annotated[str, Field(pattern=r"^[a-z_]{2,30}$", max_length=30)]
     name: Name
     beds: Annotated[str, Field(max_length=100)]
     max_guests: Guests
@@ -148,8 +148,8 @@ class Hotel(Model):
     stars: int = Field(ge=1, le=5)
     guest_rating: float = Field(ge=0, le=10, description="Average guest score out of 10.")
     amenities: list[Amenity] = Field(default_factory=list, max_length=20)
-    check_in_time: Annotated[str, Field(pattern=r"^\d{2}:\d{2}$")] = "15:00"
-    check_out_time: Annotated[str, Field(pattern=r"^\d{2}:\d{2}$")] = "11:00"
+    check_in_time: Annotated[str, Field(pattern=r"^\d{2}:\d{2}$", max_length=5)] = "15:00"
+    check_out_time: Annotated[str, Field(pattern=r"^\d{2}:\d{2}$", max_length=5)] = "11:00"
     currency: Currency
     room_types: list[RoomType] = Field(min_length=1, max_length=20)
 

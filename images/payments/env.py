@@ -135,11 +135,11 @@ class PaymentMethod(Model):
     id: Id = Field(pattern=r"^pm_\d{4,}$")
     customer_id: Id
     brand: Brand
-    last4: str = Field(pattern=r"^\d{4}$")
+    last4: str = Field(pattern=r"^\d{4}$", max_length=4)
     exp_month: int = Field(ge=1, le=12)
     exp_year: int = Field(ge=2000, le=2100)
     fingerprint: str = Field(
-        pattern=r"^[0-9a-f]{16}$", description="The same card number gives the same one."
+        pattern=r"^[0-9a-f]{16}$", max_length=16, description="The same card number gives the same one."
     )
     status: Literal["active", "detached"] = "active"
     created_at: NaiveDatetime

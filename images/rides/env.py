@@ -114,7 +114,7 @@ class Market(Model):
     currency: Currency
     avg_speed_kph: float = Field(gt=0, le=100, description="Average speed on city streets.")
     highway_kph: float = Field(gt=0, le=130, description="Average speed beyond the first 5 km of a ride.")
-    products: dict[Product, Pricing] = Field(min_length=1)
+    products: dict[Product, Pricing] = Field(min_length=1, max_length=3)
 
 
 class Location(Model):
