@@ -399,14 +399,19 @@ def _invoice_view(state: PaymentsState, invoice: Invoice) -> InvoiceView:
 
 @env.tool(read_only=True)
 def find_customers(
-    state: PaymentsState, query: Annotated[str, Field(min_length=1, max_length=254)]
+    state: PaymentsState,
+    email: Email | None = None,
+    query: Annotated[str, Field(min_length=1, max_length=200)] | None = None,
 ) -> list[Customer]:
     """Find customers by email address (exact, any case) or by part of their name.
 
     Args:
-        query: An email address such as "daniel.kim@fabrikam.example", or part of a name such as "Chen".
+        email: The customer's email address, e.g. "daniel.kim@fabrikam.example".
+        query: Part of a name, e.g. "Chen" (or an email address).
     """
-    q = query.strip().lower()
+    if (email is None) == (query is None):
+        raise ToolError("Give either email (an address) or query (part of a name).")
+    q = (email or query or "").strip().lower()
     if "@" in q:
         found = [c for c in state.customers.values() if c.email.lower() == q]
     else:
