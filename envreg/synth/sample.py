@@ -111,7 +111,7 @@ class TopologySampler:
             tool = queue.popleft()
             if any(s.tool == tool for s in steps):
                 continue
-            placed = self._place(tool, steps, 0, rng)
+            placed = self._place(tool, steps, 0, rng, frozenset())
             if placed is None:
                 continue
             steps = placed
@@ -132,8 +132,8 @@ class TopologySampler:
         return Chain(seed, steps[: self.max_tools])
 
     # internals ---------------------------------------------------------------------------------
-    def _fits(self, steps: list[Step], tool: str) -> bool:
-        envs = {s.env for s in steps} | {self.graph.env_of(tool)}
+    def _fits(self, steps: list[Step], tool: str, pending: frozenset[str] = frozenset()) -> bool:
+        envs = {s.env for s in steps} | {self.graph.env_of(t) for t in (*pending, tool)}
         return len(envs) <= self.max_envs
 
     def _existing(self, param: str, steps: list[Step]) -> Binding | None:
@@ -147,9 +147,13 @@ class TopologySampler:
             return Binding("user")
         return None
 
-    def _place(self, tool: str, steps: list[Step], depth: int, rng: random.Random) -> list[Step] | None:
-        if not self._fits(steps, tool):
+    def _place(
+        self, tool: str, steps: list[Step], depth: int, rng: random.Random, pending: frozenset[str]
+    ) -> list[Step] | None:
+        """`steps` plus `tool` and the producers it needs, or None; `pending` are tools being placed above."""
+        if not self._fits(steps, tool, pending):
             return None
+        pending = pending | {tool}
         work = list(steps)
         bindings: dict[str, Binding] = {}
         for param in self.graph.inputs(tool):
@@ -166,11 +170,11 @@ class TopologySampler:
                 candidates = [
                     t
                     for t in self.graph.producers(param)
-                    if t != tool and t in self.allowed and t not in used and self._fits(work, t)
+                    if t not in pending and t in self.allowed and t not in used and self._fits(work, t, pending)
                 ]
                 rng.shuffle(candidates)
                 for prior in candidates[:3]:
-                    attempt = self._place(prior, work, depth + 1, rng)
+                    attempt = self._place(prior, work, depth + 1, rng, pending)
                     if attempt is None:
                         continue
                     index = next(i for i, s in enumerate(attempt) if s.tool == prior)
