@@ -63,7 +63,9 @@ class StandInLLM:
                 Route("/v1/embeddings", self.embeddings, methods=["POST"]),
             ]
         )
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property
@@ -80,7 +82,13 @@ class StandInLLM:
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": self.model,
-                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                    }
+                ],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
             }
         )
@@ -93,7 +101,10 @@ class StandInLLM:
             {
                 "object": "list",
                 "model": body.get("model", self.model),
-                "data": [{"object": "embedding", "index": i, "embedding": fake_embedding(t)} for i, t in enumerate(inputs)],
+                "data": [
+                    {"object": "embedding", "index": i, "embedding": fake_embedding(t)}
+                    for i, t in enumerate(inputs)
+                ],
                 "usage": {"prompt_tokens": 1, "total_tokens": 1},
             }
         )

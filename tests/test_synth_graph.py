@@ -29,7 +29,12 @@ def param(name: str, schema: dict, direction: str = "in", description: str = "",
         ("owner", {"type": "string", "pattern": "^usr_\\d+$"}, "", "id"),
         ("response", {"type": "string", "enum": ["accepted", "declined"]}, "", "enum"),
         ("day", {"type": "string", "format": "date"}, "", "date"),
-        ("start", {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}$"}, "local time", "datetime"),
+        (
+            "start",
+            {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}$"},
+            "local time",
+            "datetime",
+        ),
         ("earliest", {"type": "string", "format": "time"}, "", "time"),
         ("email", {"type": "string"}, "", "email"),
         ("query", {"type": "string"}, "Part of a name", "search"),
@@ -64,18 +69,24 @@ def test_rules_on_the_catalog() -> None:
 
 def test_flattening_one_level() -> None:
     airline = next(m for m in catalog_manifests() if m.name == "airline")
-    book = next(t for t in airline.tools if t.name == "book_flight").model_dump(by_alias=True, exclude_none=True)
+    book = next(t for t in airline.tools if t.name == "book_flight").model_dump(
+        by_alias=True, exclude_none=True
+    )
     names = {".".join(p.path) for p in input_params("airline", book)}
     assert {"passengers.first_name", "passengers.last_name", "passengers.date_of_birth", "cabin"} <= names
     assert "passengers" not in names
     calendar = next(m for m in catalog_manifests() if m.name == "calendar")
-    events = next(t for t in calendar.tools if t.name == "list_events").model_dump(by_alias=True, exclude_none=True)
+    events = next(t for t in calendar.tools if t.name == "list_events").model_dump(
+        by_alias=True, exclude_none=True
+    )
     outs = {".".join(p.path) for p in output_params("calendar", events)}
     assert {"*.id", "*.title", "*.attendees.*.contact_id"} <= outs
 
 
 def test_compatibility_rules() -> None:
-    out_id = Param("a", "list", "out", ("*", "id"), {"type": "string", "pattern": "^evt_\\d{4}$"}, entity="Event")
+    out_id = Param(
+        "a", "list", "out", ("*", "id"), {"type": "string", "pattern": "^evt_\\d{4}$"}, entity="Event"
+    )
     assert compatible(out_id, param("event_id", {"type": "string"}, description='e.g. "evt_0001"'))
     assert not compatible(out_id, param("contact_id", {"type": "string"}, description='e.g. "con_0001"'))
     assert not compatible(out_id, param("title", {"type": "string"}))
@@ -113,7 +124,7 @@ def test_same_manifests_and_model_give_the_same_graph(tmp_path) -> None:
 
 
 def test_embeddings_are_cached_by_model_and_text(tmp_path) -> None:
-    texts = ["event id (string)", "The event's id, e.g. \"evt_0004\" (from list_events)."]
+    texts = ["event id (string)", 'The event\'s id, e.g. "evt_0004" (from list_events).']
     first = make_embedder(cache_dir=tmp_path)
     vectors = first.encode(texts)
     assert first.computed == 2 and vectors.shape[0] == 2
@@ -134,7 +145,9 @@ def test_bad_manifest_folder_is_a_clear_error(tmp_path) -> None:
 def test_cli_graph_writes_json_and_a_picture_per_domain(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("ENVREG_CACHE", str(CACHE))
     out, pics = tmp_path / "g.json", tmp_path / "pics"
-    result = runner.invoke(app, ["synth", "graph", "--manifests", str(MANIFESTS), "-o", str(out), "--render", str(pics)])
+    result = runner.invoke(
+        app, ["synth", "graph", "--manifests", str(MANIFESTS), "-o", str(out), "--render", str(pics)]
+    )
     assert result.exit_code == 0, result.output
     assert "tools" in result.output and catalog_graph().digest in result.output
     assert ToolGraph.load(out).digest == catalog_graph().digest
@@ -143,7 +156,9 @@ def test_cli_graph_writes_json_and_a_picture_per_domain(tmp_path, monkeypatch) -
     assert {p.stem.removeprefix("graph-") for p in svgs} == domains
     for svg in svgs:
         assert ET.parse(svg).getroot().tag.endswith("svg")
-    png = runner.invoke(app, ["synth", "graph", "--env", "calendar", "-o", str(out), "--render", str(pics), "--format", "png"])
+    png = runner.invoke(
+        app, ["synth", "graph", "--env", "calendar", "-o", str(out), "--render", str(pics), "--format", "png"]
+    )
     assert png.exit_code == 0, png.output
     assert (pics / "graph-office.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = runner.invoke(app, ["synth", "graph", "--manifests", str(tmp_path / "none")])

@@ -43,7 +43,20 @@ def _tiny_graph() -> ToolGraph:
 
     def inp(tool_name: str, name: str, providable: bool) -> str:
         key = f"x/{tool_name}:in:{name}"
-        g.add_node(key, node="param", env="x", tool=tool_name, tool_id=f"x/{tool_name}", direction="in", path=[name], name=name, required=True, user_providable=providable, order=0, kind="id")
+        g.add_node(
+            key,
+            node="param",
+            env="x",
+            tool=tool_name,
+            tool_id=f"x/{tool_name}",
+            direction="in",
+            path=[name],
+            name=name,
+            required=True,
+            user_providable=providable,
+            order=0,
+            kind="id",
+        )
         g.add_edge(key, f"x/{tool_name}", rel="input", required=True)
         return key
 
@@ -53,7 +66,16 @@ def _tiny_graph() -> ToolGraph:
     target = inp("use_thing", "thing_id", False)
     inp("orphan", "secret_id", False)
     out = "x/make_thing:out:id"
-    g.add_node(out, node="param", env="x", tool="make_thing", tool_id="x/make_thing", direction="out", path=["id"], name="id")
+    g.add_node(
+        out,
+        node="param",
+        env="x",
+        tool="make_thing",
+        tool_id="x/make_thing",
+        direction="out",
+        path=["id"],
+        name="id",
+    )
     g.add_edge("x/make_thing", out, rel="output")
     g.add_edge(out, target, rel="feeds", similarity=0.99)
     g.add_edge("x/make_thing", "x/use_thing", rel="chain", weight=1)

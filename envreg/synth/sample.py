@@ -170,7 +170,10 @@ class TopologySampler:
                 candidates = [
                     t
                     for t in self.graph.producers(param)
-                    if t not in pending and t in self.allowed and t not in used and self._fits(work, t, pending)
+                    if t not in pending
+                    and t in self.allowed
+                    and t not in used
+                    and self._fits(work, t, pending)
                 ]
                 rng.shuffle(candidates)
                 for prior in candidates[:3]:
