@@ -16,12 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 import uvicorn
+from servers import free_port
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-
-from servers import free_port
 
 Policy = Callable[[dict[str, Any]], dict[str, Any]]
 _ids = itertools.count(1)
