@@ -141,18 +141,25 @@ def _messages_to_sharegpt(messages: list[dict[str, Any]]) -> list[dict[str, str]
             out.append({"from": "observation", "value": pending[0] if len(pending) == 1 else dumps(pending)})
             pending.clear()
 
+    dropped: set[str] = set()  # malformed calls and their error replies are not training targets
     for message in messages:
         role = message.get("role")
         if role == "tool":
-            pending.append(message.get("content") or "")
+            if message.get("tool_call_id") not in dropped:
+                pending.append(message.get("content") or "")
             continue
         flush()
         if role == "assistant" and message.get("tool_calls"):
-            calls = [
-                {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"] or "{}")}
-                for c in message["tool_calls"]
-            ]
-            out.append({"from": "function_call", "value": dumps(calls[0] if len(calls) == 1 else calls)})
+            calls = []
+            for call in message["tool_calls"]:
+                try:
+                    arguments = json.loads(call["function"]["arguments"] or "{}")
+                except ValueError:
+                    dropped.add(call.get("id", ""))
+                    continue
+                calls.append({"name": call["function"]["name"], "arguments": arguments})
+            if calls:
+                out.append({"from": "function_call", "value": dumps(calls[0] if len(calls) == 1 else calls)})
         elif role == "assistant":
             out.append({"from": "gpt", "value": message.get("content") or ""})
         elif role == "user":
