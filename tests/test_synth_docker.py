@@ -20,7 +20,9 @@ pytestmark = pytest.mark.docker
 def test_container_tier_trajectories_replay_on_every_tier(reference_images) -> None:
     async def main():
         async with Runtime(pool={"container": 2}) as rt:
-            synth = Synthesizer(rt, catalog_graph(), isolation="container", seed=21, envs=["calendar", "bank"])
+            synth = Synthesizer(
+                rt, catalog_graph(), isolation="container", seed=21, envs=["calendar", "bank"]
+            )
             result = await synth.run(3, concurrency=2)
             container = [await replay(rt, t, "container") for t in result.trajectories]
             local = [await replay(rt, t, "local") for t in result.trajectories]
@@ -42,7 +44,9 @@ def test_pass_at_k_over_the_sandboxes_mcp_urls(reference_images) -> None:
 
         async def main():
             async with Runtime(pool={"instance": 4}) as rt:
-                synth = Synthesizer(rt, catalog_graph(), isolation="instance", seed=8, envs=["calendar"], llm=llm, k=3)
+                synth = Synthesizer(
+                    rt, catalog_graph(), isolation="instance", seed=8, envs=["calendar"], llm=llm, k=3
+                )
                 result = await synth.run(1, concurrency=1)
                 return result, [await replay(rt, t, "instance") for t in result.trajectories]
 

@@ -44,6 +44,9 @@ class ScriptedModel:
         if body.get("tools"):
             return self.solve(messages)
         if messages[0]["content"].startswith("You are simulating a user"):
+            transcript = messages[-1]["content"]
+            if "Which one do you mean?" in transcript and "go ahead" not in transcript:
+                return text("The one I described, please go ahead.")
             return text("###DONE###")
         prompt = messages[1]["content"]
         if "say whether a user could provide" in prompt:
@@ -92,13 +95,18 @@ class ScriptedModel:
             return text("I'm sorry, but I can't help with that.")
         if behaviour == "lazy":
             return text("Done!")
-        start = max(i for i, m in enumerate(messages) if m["role"] == "user" and "[[calls:" in (m["content"] or ""))
+        start = max(
+            i for i, m in enumerate(messages) if m["role"] == "user" and "[[calls:" in (m["content"] or "")
+        )
         calls = json.loads(CALLS.search(messages[start]["content"]).group(1))
         after = messages[start + 1 :]
         issued = sum(
             1 for m in after if m["role"] == "tool" and not m["content"].startswith("Invalid tool call")
         )
         malformed = any(m["role"] == "tool" and m["content"].startswith("Invalid tool call") for m in after)
+        asked = any(m["role"] == "assistant" and m.get("content") == "Which one do you mean?" for m in after)
+        if behaviour == "malformed" and not asked and issued == 0 and not malformed:
+            return text("Which one do you mean?")  # a question: the simulated user answers it
         if behaviour == "malformed" and not malformed and issued == 0 and calls:
             return tool_calls((calls[0]["name"], '{"oops": not json'))
         if issued < len(calls):
@@ -160,6 +168,10 @@ def test_pass_at_k_keeps_only_traces_that_reach_the_oracle(tmp_path) -> None:
         ], "the kept trace made the oracle's calls (after recovering from malformed JSON)"
         assert set(t.meta["query"]) >= {"scenario", "subgoals", "refinements", "articulated"}
         assert all(turn.messages and turn.messages[-1]["role"] == "assistant" for turn in t.turns)
+        replies = [m["content"] for turn in t.turns for m in turn.messages if m["role"] == "user"]
+        assert replies and all(r == "The one I described, please go ahead." for r in replies), (
+            "simulated user"
+        )
     assert result.llm_stats["malformed_tool_calls"] >= 3 and result.llm_stats["refusals"] >= 3
     assert result.llm_stats["malformed_json"] == 0
     assert [r.mismatches for r in reports] == [[], [], []], "LLM traces replay to their final states"
@@ -169,7 +181,11 @@ def test_pass_at_k_keeps_only_traces_that_reach_the_oracle(tmp_path) -> None:
         calls = [m for m in record["conversations"] if m["from"] == "function_call"]
         assert all("oops" not in m["value"] for m in calls), "malformed calls are not SFT targets"
         roles = [m["from"] for m in record["conversations"]]
-        assert all(r in (("human", "observation") if i % 2 == 0 else ("gpt", "function_call")) for i, r in enumerate(roles))
+        assert all(
+            r in (("human", "observation") if i % 2 == 0 else ("gpt", "function_call"))
+            for i, r in enumerate(roles)
+        )
+        assert roles[:3] == ["human", "gpt", "human"], "question, simulated user's answer"
 
 
 def test_a_model_that_refuses_everything_falls_back_to_templates() -> None:
