@@ -85,10 +85,14 @@ def test_flattening_one_level() -> None:
 
 def test_compatibility_rules() -> None:
     out_id = Param(
-        "a", "list", "out", ("*", "id"), {"type": "string", "pattern": "^evt_\\d{4}$"}, entity="Event"
+        "env", "list", "out", ("*", "id"), {"type": "string", "pattern": "^evt_\\d{4}$"}, entity="Event"
     )
     assert compatible(out_id, param("event_id", {"type": "string"}, description='e.g. "evt_0001"'))
     assert not compatible(out_id, param("contact_id", {"type": "string"}, description='e.g. "con_0001"'))
+    elsewhere = Param("other", "list", "out", ("*", "id"), {"type": "string"}, entity="Event")
+    assert not compatible(elsewhere, param("event_id", {"type": "string"})), "ids stay in their environment"
+    email = Param("other", "find", "out", ("*", "email"), {"type": "string"})
+    assert compatible(email, param("email", {"type": "string"})), "shared values cross environments"
     assert not compatible(out_id, param("title", {"type": "string"}))
     assert not compatible(out_id, param("event_id", {"type": "integer"}))
     count = Param("a", "x", "out", ("count",), {"type": "integer"})

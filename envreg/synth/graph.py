@@ -61,12 +61,15 @@ def tool_id(env: str, tool: str) -> str:
 
 
 def compatible(out: Param, inp: Param) -> bool:
-    """Hard rules an edge must pass whatever the similarity: types, id-ness, id prefixes, enums."""
+    """Hard rules an edge must pass whatever the similarity: types, id-ness (ids stay within their
+    environment), id prefixes, enums."""
     out_type, in_type = out.type, inp.type
     if not (out_type == in_type or (out_type == "integer" and in_type == "number")):
         return False
     if is_id(out) != (classify(inp) == "id"):
         return False
+    if is_id(out) and out.env != inp.env:
+        return False  # an id is a handle into one environment's state: meaningless in another
     a, b = id_prefix(out), id_prefix(inp)
     if a and b and a != b:
         return False
