@@ -28,13 +28,13 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("ENVREG_IMAGES", str(ROOT / "images"))
 
 
-def graph_build(cache: Path) -> tuple[float, float, object]:
+def graph_build(cache: Path, manifests: Path) -> tuple[float, float, object]:
     """(cold seconds in a fresh process, warm seconds, graph): cold includes importing torch and the model."""
     code = (
         "import time; t=time.perf_counter();"
         "from envreg.synth.graph import build_graph, load_manifests;"
         "from envreg.synth.embed import make_embedder;"
-        f"build_graph(load_manifests({str(ROOT / 'manifests')!r}), make_embedder(cache_dir=__import__('pathlib').Path({str(cache)!r})));"
+        f"build_graph(load_manifests({str(manifests)!r}), make_embedder(cache_dir=__import__('pathlib').Path({str(cache)!r})));"
         "print(time.perf_counter()-t)"
     )
     cold = float(
@@ -46,7 +46,7 @@ def graph_build(cache: Path) -> tuple[float, float, object]:
     from envreg.synth.graph import build_graph, load_manifests
 
     started = time.perf_counter()
-    graph = build_graph(load_manifests(ROOT / "manifests"), make_embedder(cache_dir=cache))
+    graph = build_graph(load_manifests(manifests), make_embedder(cache_dir=cache))
     return cold, time.perf_counter() - started, graph
 
 
@@ -74,10 +74,11 @@ def main() -> None:
     )
     parser.add_argument("--n", type=int, default=40)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--tiers", default="local,instance,container")
+    parser.add_argument("--tiers", default="local,instance,container", help="Comma-separated; empty for the graph only.")
+    parser.add_argument("--manifests", type=Path, default=ROOT / "manifests")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cold, warm, graph = graph_build(Path(tmp))
+        cold, warm, graph = graph_build(Path(tmp), args.manifests)
     stats = graph.stats()
     print(
         f"catalog: {stats['environments']} environments, {stats['tools']} tools, {stats['inputs']} inputs, {stats['outputs']} outputs"
@@ -91,7 +92,7 @@ def main() -> None:
         f"| tier | trajectories / minute | calls | chains tried | seconds ({args.n} trajectories, {args.concurrency} at once) |"
     )
     print("| --- | --- | --- | --- | --- |")
-    for tier in args.tiers.split(","):
+    for tier in filter(None, args.tiers.split(",")):
         rate, calls, attempted, seconds = anyio.run(per_minute, graph, tier, args.n, args.concurrency)
         print(f"| {tier} | {rate:,.0f} | {calls} | {attempted} | {seconds:.1f} |")
 
