@@ -74,7 +74,9 @@ def main() -> None:
     )
     parser.add_argument("--n", type=int, default=40)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--tiers", default="local,instance,container", help="Comma-separated; empty for the graph only.")
+    parser.add_argument(
+        "--tiers", default="local,instance,container", help="Comma-separated; empty for the graph only."
+    )
     parser.add_argument("--manifests", type=Path, default=ROOT / "manifests")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

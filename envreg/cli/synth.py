@@ -251,10 +251,14 @@ def run_cmd(
                 result = await synth.run(n, concurrency=concurrency, on_result=on_result)
                 return result, synth, time.perf_counter() - started
 
+    from envreg.runtime import EngineError
+
     try:
         result, synth, seconds = anyio.run(main)
-    except (ValueError, LookupError) as exc:
-        raise _fail(str(exc)) from None
+    except (ValueError, LookupError, EngineError) as exc:
+        raise _fail(
+            f"{exc}" + (" (build the images with `envreg build`)" if isinstance(exc, EngineError) else "")
+        ) from None
     trajectories = result.trajectories
     try:
         written = export(trajectories, out, {m.name: m for m in loaded}, formats)
@@ -337,7 +341,12 @@ def replay_cmd(
         async with Runtime() as rt:
             return [await replay(rt, t, isolation) for t in records]
 
-    reports = anyio.run(main)
+    from envreg.runtime import EngineError
+
+    try:
+        reports = anyio.run(main)
+    except (ValueError, LookupError, EngineError) as exc:
+        raise _fail(str(exc)) from None
     bad = [r for r in reports if not r.ok]
     for report in bad:
         for mismatch in report.mismatches:

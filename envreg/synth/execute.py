@@ -287,30 +287,23 @@ class Synthesizer:
         limit = max_attempts or n * 10
         done: dict[int, Trajectory | Skipped] = {}
         ok = 0
-        next_index = 0
-        limiter = anyio.CapacityLimiter(concurrency)
+        indices = iter(range(limit))  # shared by the workers: chains are taken in index order
 
-        async def worker(index: int) -> None:
+        async def worker() -> None:
             nonlocal ok
-            async with limiter:
+            for index in indices:
                 if ok >= n:
                     return
                 outcome = await self.one(index)
-            done[index] = outcome
-            if isinstance(outcome, Trajectory):
-                ok += 1
-            if on_result is not None:
-                on_result(outcome)
+                done[index] = outcome
+                if isinstance(outcome, Trajectory):
+                    ok += 1
+                if on_result is not None:
+                    on_result(outcome)
 
         async with anyio.create_task_group() as tg:
-            while next_index < limit and ok < n:
-                await limiter.acquire()
-                limiter.release()
-                if ok >= n:
-                    break
-                tg.start_soon(worker, next_index)
-                next_index += 1
-                await anyio.sleep(0)
+            for _ in range(max(1, concurrency)):
+                tg.start_soon(worker)
         trajectories = [o for _, o in sorted(done.items()) if isinstance(o, Trajectory)][:n]
         skipped = Counter(o.reason for o in done.values() if isinstance(o, Skipped))
         return RunResult(trajectories, skipped, len(done), self.llm.stats.as_dict() if self.llm else None)
