@@ -14,7 +14,6 @@ same manifests and the same model give the same graph, byte for byte.
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -268,7 +267,6 @@ def build_graph(
     refine: bool = False,
 ) -> ToolGraph:
     """Build the graph of `manifests`; `llm` (an `LLMConfig`) marks user-providable inputs, `refine` edges."""
-    started = time.perf_counter()
     g = nx.DiGraph()
     ins: list[Param] = []
     outs: list[Param] = []
@@ -336,9 +334,7 @@ def build_graph(
             chain[(g.nodes[u]["tool_id"], g.nodes[v]["tool_id"])] += 1
     for (a, b), count in chain.items():
         g.add_edge(a, b, rel="chain", weight=count)
-    graph = ToolGraph(g, meta)
-    graph.build_seconds = time.perf_counter() - started  # type: ignore[attr-defined]
-    return graph
+    return ToolGraph(g, meta)
 
 
 def canonical_graph_text(graph: ToolGraph) -> str:
