@@ -6,8 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 from llm_standin import StandInLLM
-from synth_helpers import catalog_graph
-from test_synth_llm import ScriptedModel
+from synth_helpers import ScriptedModel, catalog_graph
 
 from envreg.runtime import Runtime
 from envreg.synth.execute import Synthesizer
