@@ -1,0 +1,314 @@
+"""The catalog (issue 10): totals and per-environment floors read from the committed manifests, the shared
+parameter conventions that let tools chain across environments, the README table, and `envreg search`
+finding tools across the built catalog."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REFERENCE_ENVS, ROOT
+from typer.testing import CliRunner
+
+from envreg import catalog
+from envreg.cli.main import app
+from envreg.env import load_environment, load_scenarios
+from envreg.manifest import Manifest
+
+runner = CliRunner()
+MANIFESTS = ROOT / "manifests"
+
+DOMAINS = {"commerce", "finance", "travel", "office", "lifestyle", "research", "utilities"}
+CITIES = {
+    "San Francisco",
+    "New York",
+    "Chicago",
+    "Seattle",
+    "Boston",
+    "Austin",
+    "London",
+    "Paris",
+    "Berlin",
+    "Madrid",
+    "Tokyo",
+    "Sydney",
+}
+CURRENCIES = {"USD", "EUR", "GBP", "JPY", "AUD"}
+# The reference environments of wave 1 predate issue 10's floors (6 scenarios, 9-14 tools, bounded strings).
+WAVE_1 = {"calendar", "airline", "bank"}
+# Chains across environments through shared parameter names: an output of the first feeds an input of the second.
+CHAINS = [
+    ("maps", "hotel", {"city", "lat", "lng", "address"}),
+    ("maps", "rides", {"city", "lat", "lng", "address"}),
+    ("maps", "weather", {"city"}),
+    ("calendar", "email", {"email"}),
+    ("calendar", "tasks", {"email"}),
+    ("calendar", "weather", {"email"}),
+    ("shop", "payments", {"amount", "currency", "email"}),
+]
+
+
+def load_manifests() -> dict[str, Manifest]:
+    out = {}
+    for path in sorted(MANIFESTS.glob("*.json")):
+        manifest = Manifest.loads(path.read_bytes())
+        manifest.verify()
+        out[manifest.name] = manifest
+    return out
+
+
+def schema_nodes(schema: Any) -> list[dict[str, Any]]:
+    """Every JSON-Schema object inside `schema` (itself included)."""
+    found, stack = [], [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found.append(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def property_names(schema: Any) -> set[str]:
+    return {name for node in schema_nodes(schema) for name in (node.get("properties") or {})}
+
+
+def variants(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """The non-null alternatives of a (possibly optional) property schema."""
+    options = schema.get("anyOf", [schema])
+    return [o for o in options if o.get("type") != "null"]
+
+
+# ---- totals and floors ----------------------------------------------------------------------------------
+
+
+def test_manifests_are_the_environments_under_images() -> None:
+    assert sorted(load_manifests()) == REFERENCE_ENVS
+
+
+def test_catalog_totals_meet_the_issue() -> None:
+    """16 environments across the 7 domains with at least 150 tools (issue 10)."""
+    manifests = load_manifests()
+    domains = {m.domain for m in manifests.values()}
+    tools = sum(len(m.tools) for m in manifests.values())
+    assert len(manifests) == 16, f"{len(manifests)} environments: {sorted(manifests)}"
+    assert domains == DOMAINS, (
+        f"missing domains: {sorted(DOMAINS - domains)}, unknown: {sorted(domains - DOMAINS)}"
+    )
+    assert tools >= 150, f"{tools} tools"
+
+
+@pytest.mark.parametrize("name", REFERENCE_ENVS)
+def test_environment_meets_the_catalog_floor(name: str) -> None:
+    manifest = load_manifests()[name]
+    env = load_environment(name)
+    scenarios, rejected = load_scenarios(env.folder)
+    assert manifest.domain in DOMAINS
+    assert manifest.scenarios == len(scenarios) and manifest.rejected_states == len(rejected)
+    failing = [s for sc in scenarios for s in sc.steps if s.expect_error is not None]
+    assert failing, "no scenario step checks a failing call"
+    assert all(sc.final_state is not None for sc in scenarios), "every scenario checks its final state"
+    if name in WAVE_1:
+        return
+    assert 9 <= len(manifest.tools) <= 14
+    assert len(scenarios) >= 6 and len(rejected) >= 3
+    assert any(sc.initial_state is None for sc in scenarios), "no scenario starts from the seed"
+    assert any(sc.initial_state is not None for sc in scenarios), "no scenario starts from a state of its own"
+
+
+@pytest.mark.parametrize("name", sorted(set(REFERENCE_ENVS) - WAVE_1))
+def test_every_string_is_bounded(name: str) -> None:
+    """Strings in the state and in tool arguments carry a maxLength (or are enums, dates or times)."""
+    manifest = load_manifests()[name]
+    schemas = {"state": manifest.state_schema} | {t.name: t.input_schema for t in manifest.tools}
+    unbounded = []
+    for where, schema in schemas.items():
+        for node in schema_nodes(schema):
+            if node.get("type") != "string" or "enum" in node or "const" in node:
+                continue
+            if node.get("format") in ("date", "date-time", "time") or "maxLength" in node:
+                continue
+            unbounded.append(f"{where}: {node.get('title') or node}")
+    assert not unbounded, "strings without maxLength: " + "; ".join(unbounded)
+
+
+# ---- shared parameters and chains ---------------------------------------------------------------------
+
+
+def parameter_problems(manifest: Manifest) -> list[str]:
+    problems = []
+    for tool in manifest.tools:
+        for param, schema in (tool.input_schema.get("properties") or {}).items():
+            where = f"{manifest.name}.{tool.name}({param})"
+            for v in variants(schema):
+                kind = v.get("type")
+                if param == "city" and not (
+                    kind == "string" and set(v.get("enum", [])) <= CITIES and v.get("enum")
+                ):
+                    problems.append(f"{where}: city must be an enum of the twelve city names, got {v}")
+                elif param == "date" and (kind, v.get("format")) != ("string", "date"):
+                    problems.append(f"{where}: date must be an ISO date, got {v}")
+                elif param in ("email", "address", "query") and kind != "string":
+                    problems.append(f"{where}: {param} must be a string, got {v}")
+                elif param == "currency" and not (
+                    kind == "string" and set(v.get("enum", CURRENCIES)) <= CURRENCIES
+                ):
+                    problems.append(
+                        f"{where}: currency must be an ISO 4217 code of {sorted(CURRENCIES)}, got {v}"
+                    )
+                elif param == "amount" and kind != "number":
+                    problems.append(f"{where}: amount must be a number in major units, got {v}")
+                elif param in ("lat", "lng") and not (
+                    kind == "number" and v.get("minimum") is not None and v.get("maximum") is not None
+                ):
+                    problems.append(f"{where}: {param} must be a number of degrees with its range, got {v}")
+                elif param == "limit" and not (kind == "integer" and v.get("minimum", 0) >= 1):
+                    problems.append(f"{where}: limit must be a positive integer, got {v}")
+    return problems
+
+
+@pytest.mark.parametrize("name", REFERENCE_ENVS)
+def test_shared_parameters_mean_the_same_everywhere(name: str) -> None:
+    assert parameter_problems(load_manifests()[name]) == []
+
+
+def test_a_parameter_breaking_the_convention_is_named() -> None:
+    manifest = load_manifests()["maps"].model_copy(deep=True)
+    geocode = next(t for t in manifest.tools if t.name == "geocode")
+    geocode.input_schema["properties"]["city"] = {"type": "string", "enum": ["Springfield"]}
+    assert parameter_problems(manifest) == [
+        "maps.geocode(city): city must be an enum of the twelve city names, got "
+        "{'type': 'string', 'enum': ['Springfield']}"
+    ]
+
+
+@pytest.mark.parametrize(("source", "target", "names"), CHAINS, ids=[f"{a}-{b}" for a, b, _ in CHAINS])
+def test_tools_chain_across_environments(source: str, target: str, names: set[str]) -> None:
+    manifests = load_manifests()
+    missing = [n for n in (source, target) if n not in manifests]
+    assert not missing, f"{', '.join(missing)} not in the catalog yet"
+    produced = set().union(*(property_names(t.output_schema or {}) for t in manifests[source].tools)) & names
+    consumed = {
+        (t.name, p)
+        for t in manifests[target].tools
+        for p in (t.input_schema.get("properties") or {})
+        if p in produced
+    }
+    assert produced, f"no output of {source} has any of {sorted(names)}"
+    assert consumed, f"no tool of {target} takes {sorted(produced)} as an argument"
+
+
+# ---- the README table (`envreg catalog`) --------------------------------------------------------------
+
+
+def test_readme_catalog_table_is_current() -> None:
+    readme = (ROOT / "README.md").read_text()
+    table = catalog.markdown(catalog.load(MANIFESTS))
+    assert catalog.replace_section(readme, table) == readme, "run `envreg catalog --readme README.md`"
+    for name in REFERENCE_ENVS:
+        assert f"| `{name}` |" in readme
+
+
+def test_catalog_rows_come_from_the_manifests() -> None:
+    result = runner.invoke(app, ["catalog", "--manifests", str(MANIFESTS), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    for name, m in load_manifests().items():
+        assert rows[name]["tools"] == len(m.tools)
+        assert rows[name]["scenarios"] == m.scenarios
+        assert rows[name]["domain"] == m.domain
+        assert m.description.startswith(rows[name]["summary"])
+
+
+def test_check_catches_a_stale_table_and_rewriting_fixes_it(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    original = (ROOT / "README.md").read_text()
+    readme.write_text(original.replace("| `maps` | utilities |", "| `maps` | toys |"))
+    args = ["catalog", "--manifests", str(MANIFESTS), "--readme", str(readme)]
+    result = runner.invoke(app, [*args, "--check"])
+    assert result.exit_code == 1 and "stale" in result.output and "envreg catalog --readme" in result.output
+    assert "toys" in readme.read_text(), "--check writes nothing"
+    assert runner.invoke(app, args).exit_code == 0
+    assert readme.read_text() == original
+    assert runner.invoke(app, [*args, "--check"]).exit_code == 0
+
+
+def test_missing_markers_and_tampered_manifests_are_refused(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# no table here\n")
+    result = runner.invoke(app, ["catalog", "--manifests", str(MANIFESTS), "--readme", str(readme)])
+    assert result.exit_code == 1 and "catalog markers are missing" in result.output
+    assert readme.read_text() == "# no table here\n"
+
+    folder = tmp_path / "manifests"
+    shutil.copytree(MANIFESTS, folder)
+    data = json.loads((folder / "maps.json").read_text())
+    data["description"] = "Something else entirely."
+    (folder / "maps.json").write_text(json.dumps(data))
+    result = runner.invoke(app, ["catalog", "--manifests", str(folder)])
+    assert result.exit_code == 1
+    assert "maps.json" in result.output and "does not match its content" in result.output
+
+
+def test_summary_is_the_first_sentence() -> None:
+    assert (
+        catalog.summary_line("A bank: accounts, cards.\nMoney is integer cents.")
+        == "A bank: accounts, cards."
+    )
+    assert catalog.summary_line("Maps (e.g. for Paris) in one line") == "Maps (e.g. for Paris) in one line"
+
+
+# ---- envreg search across the built catalog -----------------------------------------------------------
+
+
+@pytest.mark.docker
+def test_search_finds_each_tool_in_the_right_environments_after_build(
+    docker_engine, envreg_home: Path
+) -> None:
+    """`envreg build` records the images in the local index; a search for any tool name finds exactly the
+    environments that have a tool (or a name or description) containing it."""
+    from envreg.registry.search import search
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "envreg.cli.main", "build", "--json", *REFERENCE_ENVS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, f"envreg build failed:\n{proc.stdout}\n{proc.stderr}"
+    manifests = load_manifests()
+    for name, manifest in manifests.items():
+        for tool in manifest.tools:
+            hits = search(tool.name)
+            found = {h.name for h in hits if h.where == "local"}
+            text = tool.name.lower()
+            expected = {
+                other
+                for other, m in manifests.items()
+                if text in m.name.lower()
+                or text in m.description.lower()
+                or any(text in t.name.lower() or text in t.description.lower() for t in m.tools)
+            }
+            assert found == expected, (
+                f"search {tool.name!r}: found {sorted(found)}, expected {sorted(expected)}"
+            )
+            hit = next(h for h in hits if h.name == name)
+            assert f"tool:{tool.name}" in hit.matched and hit.tools == [t.name for t in manifest.tools]
+
+    table = subprocess.run(
+        [sys.executable, "-m", "envreg.cli.main", "search", "get_directions"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert table.returncode == 0, table.stderr
+    rows = [line.split() for line in table.stdout.splitlines()[1:] if line.strip()]
+    assert [(r[0], r[2], r[3]) for r in rows] == [("maps", "local", "tool:get_directions")]
