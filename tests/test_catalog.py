@@ -84,7 +84,8 @@ def bounded_pattern(pattern: str | None) -> bool:
     """An anchored pattern without unbounded repetition (``*``, ``+``, ``{n,}``) bounds a string's length."""
     if not pattern or not (pattern.startswith("^") and pattern.endswith("$")):
         return False
-    return re.search(r"(?<!\\)[*+]|\{\d+,\}", pattern) is None
+    plain = re.sub(r"\[(?:\\.|[^\]])*\]", "C", re.sub(r"\\.", "E", pattern))  # drop escapes and [classes]
+    return re.search(r"[*+]|\{\d+,\}", plain) is None
 
 
 def variants(schema: dict[str, Any]) -> list[dict[str, Any]]:
