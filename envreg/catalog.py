@@ -31,11 +31,18 @@ class Entry:
         return asdict(self)
 
 
+_ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "approx.")
+
+
 def summary_line(description: str) -> str:
-    """The first sentence of a description, on one line."""
+    """The first sentence of a description, on one line (abbreviations and initials do not end it)."""
     text = " ".join(description.split())
-    match = re.search(r"(?<=[.!?])\s+(?=[A-Z])", text)
-    return text[: match.start()] if match else text
+    for match in re.finditer(r"(?<=[.!?])\s+(?=[A-Z0-9])", text):
+        last_word = text[: match.start()].rsplit(" ", 1)[-1].lstrip("([\"'")
+        if last_word.lower() in _ABBREVIATIONS or re.fullmatch(r"[A-Z]\.", last_word):
+            continue
+        return text[: match.start()]
+    return text
 
 
 def load(manifests: Path) -> list[Entry]:

@@ -282,7 +282,10 @@ def test_summary_is_the_first_sentence() -> None:
         catalog.summary_line("A bank: accounts, cards.\nMoney is integer cents.")
         == "A bank: accounts, cards."
     )
-    assert catalog.summary_line("Maps (e.g. for Paris) in one line") == "Maps (e.g. for Paris) in one line"
+    assert (
+        catalog.summary_line("Maps (e.g. Paris) by Jane Q. Public. More.")
+        == "Maps (e.g. Paris) by Jane Q. Public."
+    )
 
 
 # ---- envreg search across the built catalog -----------------------------------------------------------
