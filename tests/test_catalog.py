@@ -5,6 +5,7 @@ finding tools across the built catalog."""
 from __future__ import annotations
 
 import json
+import random
 import re
 import shutil
 import subprocess
@@ -223,6 +224,101 @@ def test_tools_chain_across_environments(source: str, target: str, names: set[st
     }
     assert produced, f"no output of {source} has any of {sorted(names)}"
     assert consumed, f"no tool of {target} takes {sorted(produced)} as an argument"
+
+
+# ---- random calls never crash a tool ---------------------------------------------------------------
+
+
+def known_ids(data: Any) -> list[str]:
+    """Every id-looking string (``prefix_0001``) in a state, for calls that should hit real entities."""
+    found: set[str] = set()
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str) and re.fullmatch(r"[a-z]+_\d{4,}", node):
+            found.add(node)
+    return sorted(found)
+
+
+def random_value(
+    schema: dict[str, Any], defs: dict[str, Any], rng: random.Random, ids: list[str], name: str
+) -> Any:
+    """A value of the schema's shape, biased to the edges (bounds, empty and longest strings, known ids)."""
+    if "$ref" in schema:
+        return random_value(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, rng, ids, name)
+    if "anyOf" in schema:
+        return random_value(rng.choice(schema["anyOf"]), defs, rng, ids, name)
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    kind = schema.get("type")
+    if kind in ("integer", "number"):
+        lo = schema.get("minimum", schema.get("exclusiveMinimum", -5))
+        hi = schema.get("maximum", schema.get("exclusiveMaximum", 100))
+        value = rng.choice([lo, hi, hi, (lo + hi) / 2, lo + 1, 1])
+        return int(value) if kind == "integer" else value
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "array":
+        items = schema.get("items", {})
+        return [random_value(items, defs, rng, ids, name) for _ in range(rng.choice([0, 1, 2, 3]))]
+    if kind == "object":
+        required = set(schema.get("required", []))
+        props = schema.get("properties", {})
+        return {
+            k: random_value(v, defs, rng, ids, k)
+            for k, v in props.items()
+            if k in required or rng.random() < 0.5
+        }
+    if kind == "string":
+        if schema.get("format") == "date":
+            return rng.choice(
+                ["2026-01-05", "2026-01-04", "2026-01-07", "2025-12-01", "2026-03-31", "1999-01-01"]
+            )
+        if schema.get("format") == "date-time" or "T" in schema.get("pattern", ""):
+            return rng.choice(
+                ["2026-01-05T09:00:00", "2026-01-04T23:30:00", "2026-01-06T07:00:00", "2026-01-03T08:45:00"]
+            )
+        if schema.get("format") == "time" or str(schema.get("pattern", "")).startswith("^\\d{2}:"):
+            return rng.choice(["00:00:00", "09:00:00", "23:59:00"])
+        options = [
+            "",
+            " ",
+            "x",
+            "a" * schema.get("maxLength", 50),
+            "Zürich café",
+            "alex.morgan@northwind.example",
+        ]
+        if ids and name.endswith("id"):
+            options += ids * 3
+        return rng.choice(options)
+    return None
+
+
+@pytest.mark.parametrize("name", REFERENCE_ENVS)
+def test_random_calls_never_fail_with_an_internal_error(name: str) -> None:
+    """Arguments that fit the input schemas, at their edges and in random sequences, get a result or a
+    ToolError that says what to fix: never a crash of the tool or a state its own validators refuse."""
+    env = load_environment(name)
+    rng = random.Random(name)
+    instance = env.instance()
+    tools = list(env.tools.values())
+    ids = known_ids(instance.state.to_json())
+    crashes: dict[str, tuple[dict[str, Any], str]] = {}
+    for i in range(60 * len(tools)):
+        tool = tools[i % len(tools)] if i < 30 * len(tools) else rng.choice(tools)
+        if i % 25 == 0:
+            ids = known_ids(instance.state.to_json())
+        schema = {**tool.input_schema, "type": "object"}
+        arguments = random_value(schema, tool.input_schema.get("$defs", {}), rng, ids, "")
+        result = instance.call_tool(tool.name, arguments)
+        if result.is_error and "internal error" in result.text:
+            crashes.setdefault(tool.name, (arguments, result.text[:300]))
+    assert not crashes, json.dumps(crashes, ensure_ascii=False, indent=1)
 
 
 # ---- the README table (`envreg catalog`) --------------------------------------------------------------

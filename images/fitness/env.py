@@ -29,7 +29,7 @@ Period = Literal["week", "month"]
 Id = Annotated[str, Field(max_length=64)]
 Notes = Annotated[str, Field(max_length=2000)]
 Minutes = Annotated[int, Field(ge=1, le=1440)]
-Km = Annotated[float, Field(gt=0, le=1000)]
+Km = Annotated[float, Field(ge=0.01, le=1000)]
 HeartRate = Annotated[int, Field(ge=30, le=230)]
 
 MAX_WORKOUTS = 5000
@@ -456,7 +456,7 @@ def delete_workout(state: FitnessState, workout_id: Id) -> WorkoutView:
 def create_goal(
     state: FitnessState,
     metric: Metric,
-    target: Annotated[float, Field(gt=0, le=1_000_000)],
+    target: Annotated[float, Field(ge=0.01, le=1_000_000)],
     period: Period = "week",
     activity: Activity | None = None,
 ) -> GoalProgress:

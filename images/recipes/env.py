@@ -100,7 +100,7 @@ class PlanEntry(_Model):
 
 class ListItem(_Model):
     ingredient: IngredientName
-    quantity: Quantity
+    quantity: float = Field(gt=0, le=1_000_000_000, description="Rounded up, in the ingredient's unit.")
     unit: Unit
     aisle: Aisle
     checked: bool = False
@@ -434,14 +434,16 @@ def set_pantry_item(
 
     Args:
         ingredient: The ingredient's name, e.g. "basmati rice" (case is ignored).
-        quantity: The amount on hand in the ingredient's unit (grams, millilitres or pieces; see list_pantry).
+        quantity: The amount on hand in the ingredient's unit (grams, millilitres or pieces; see
+            list_pantry), rounded to 2 decimals.
     """
     ing = _ingredient(state, ingredient)
+    quantity = round(quantity, 2)
     if quantity == 0:
         state.pantry.pop(ing.name, None)
     else:
-        state.pantry[ing.name] = round(quantity, 2)
-    return PantryItem(ingredient=ing.name, quantity=round(quantity, 2), unit=ing.unit, aisle=ing.aisle)
+        state.pantry[ing.name] = quantity
+    return PantryItem(ingredient=ing.name, quantity=quantity, unit=ing.unit, aisle=ing.aisle)
 
 
 @env.tool

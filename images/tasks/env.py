@@ -620,8 +620,8 @@ def assign_task(state: TasksState, task_id: Id, email: Email | None) -> TaskView
 def set_task_status(state: TasksState, task_id: Id, status: Status) -> TaskView:
     """Move a task to "todo", "in_progress", "done" or "cancelled".
 
-    A task can only be done when every task it depends on is done or cancelled. A done task cannot be
-    reopened while a done task depends on it.
+    A task can only be done when every task it depends on is done or cancelled. A done or cancelled
+    task cannot be reopened while a done task depends on it.
 
     Args:
         task_id: The task, e.g. "tsk_0003".
@@ -636,7 +636,7 @@ def set_task_status(state: TasksState, task_id: Id, status: Status) -> TaskView:
             listed = ", ".join(f"{d} ({state.tasks[d].status})" for d in blocking)
             raise ToolError(f"Task {task.id} is blocked by {listed}; finish or cancel those first.")
         task.completed_at = state.now
-    elif task.status == "done" and status in OPEN:
+    elif task.status in CLOSED and status in OPEN:
         dependants = sorted(
             t.id for t in state.tasks.values() if task.id in t.depends_on and t.status == "done"
         )
