@@ -129,7 +129,6 @@ def test_environment_meets_the_catalog_floor(name: str) -> None:
     assert 9 <= len(manifest.tools) <= 14
     assert len(scenarios) >= 6 and len(rejected) >= 3
     assert any(sc.initial_state is None for sc in scenarios), "no scenario starts from the seed"
-    assert any(sc.initial_state is not None for sc in scenarios), "no scenario starts from a state of its own"
 
 
 def unbounded_strings(manifest: Manifest) -> list[str]:
