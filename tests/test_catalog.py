@@ -298,21 +298,7 @@ def random_value(
     return None
 
 
-# Known crashes, each to be fixed in its environment (strict: the marker must go once the crash is gone).
-KNOWN_CRASHES = {
-    "payments": "create_invoice: a total above 999,999.99 fails the Invoice model instead of a ToolError",
-}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_CRASHES[n], strict=True))
-        if n in KNOWN_CRASHES
-        else n
-        for n in REFERENCE_ENVS
-    ],
-)
+@pytest.mark.parametrize("name", REFERENCE_ENVS)
 def test_random_calls_never_fail_with_an_internal_error(name: str) -> None:
     """Arguments that fit the input schemas, at their edges and in random sequences, get a result or a
     ToolError that says what to fix: never a crash of the tool or a state its own validators refuse."""
