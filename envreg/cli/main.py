@@ -6,6 +6,7 @@ import typer
 
 from envreg.cli import adapters as adapters_cmd
 from envreg.cli import build as build_cmd
+from envreg.cli import catalog as catalog_cmd
 from envreg.cli import episode as episode_cmd
 from envreg.cli import importers as importers_cmd
 from envreg.cli import manifest as manifest_cmd
@@ -24,6 +25,7 @@ app = typer.Typer(
 
 adapters_cmd.register(app)
 build_cmd.register(app)
+catalog_cmd.register(app)
 episode_cmd.register(app)
 importers_cmd.register(app)
 manifest_cmd.register(app)
