@@ -48,6 +48,7 @@ TOURS: dict[str, list[str]] = {
     "TicketAPI": [
         "ticket_get_login_status()",
         "ticket_login(username='tour', password='tour123')",
+        "create_ticket(title='Tour ticket', description='made by the tour', priority=2)",
         "get_user_tickets()",
         "get_user_tickets(status='Open')",
         "logout()",
@@ -92,6 +93,9 @@ TOURS: dict[str, list[str]] = {
         "display_log(messages=['tour started', 'tour ended'])",
     ],
 }
+#: Classes whose tour starts from the default state (BFCL's TicketAPI.get_user_tickets raises KeyError on
+#: the entries' tickets, which lack "created_by"; on tickets it created itself it answers)
+TOUR_ON_DEFAULT_STATE = {"TicketAPI"}
 #: Tools whose result depends on the wall clock: called in scenarios, their result is not pinned.
 WALL_CLOCK_RESULTS = {("TravelAPI", "verify_traveler_information"): "computes an age from datetime.today()"}
 SCENARIO_ENTRIES = 4
@@ -192,12 +196,12 @@ def scenarios(class_name: str) -> list[dict[str, Any]]:
         )
         for entry, calls in picked
     ]
-    config = picked[0][0].initial_config if picked else {}
+    config = {} if class_name in TOUR_ON_DEFAULT_STATE else picked[0][0].initial_config if picked else {}
     out.append(
         _scenario(
             class_name,
             "tour",
-            "Every tool that no BFCL ground truth calls, on the first scenario's initial state.",
+            "The tools the picked ground-truth entries do not call.",
             config,
             TOURS[class_name],
         )
