@@ -60,9 +60,11 @@ class EnvClient:
         text = result["content"][0]["text"] if result.get("content") else ""
         if result.get("isError"):
             return ToolResult(error=text)
-        return ToolResult(
-            value=json.loads(text) if text else None, structured=result.get("structuredContent")
-        )
+        try:
+            value = json.loads(text) if text else None
+        except ValueError:  # an augmented format (YAML, XML, markdown): the text is what the agent sees
+            return ToolResult(value=text, rendered=text)
+        return ToolResult(value=value, structured=result.get("structuredContent"))
 
     async def control(
         self, method: str, path: str, body: Any = None, expect: tuple[int, ...] = (200,)
@@ -94,6 +96,17 @@ class EnvClient:
 
     async def reset(self, instance_id: str) -> dict[str, Any]:
         return await self.control("POST", f"/instances/{instance_id}/reset")
+
+    async def augment(self, instance_id: str, config: Any) -> None:
+        if config is None:
+            await self.control("DELETE", f"/instances/{instance_id}/augmentation", expect=(204,))
+        else:
+            await self.control(
+                "PUT", f"/instances/{instance_id}/augmentation", config.model_dump(mode="json")
+            )
+
+    async def augmentation(self, instance_id: str) -> dict[str, Any]:
+        return await self.control("GET", f"/instances/{instance_id}/augmentation")
 
     async def healthz(self) -> dict[str, Any]:
         return await self.control("GET", "/healthz")

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from envreg.canonical import canonical_json, sha256_hex
 from envreg.env import Instance, ToolResult
+from envreg.env.augment import Augmentation, Augmenter
 from envreg.runtime.errors import InvalidState, SandboxGone
 from envreg.runtime.snapshots import Snapshot
 
@@ -71,6 +72,28 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def _release(self) -> None: ...
 
+    augmented: bool = False
+
+    async def augment(self, augmentation: Augmentation | dict[str, Any] | None) -> None:
+        """Apply an oracle-preserving augmentation to this sandbox's tool results (None removes it).
+
+        It applies wherever the results are produced, so an agent on the MCP URL gets it too;
+        a new augmentation starts a fresh label log.
+        """
+        config = None if augmentation is None else Augmentation.model_validate(augmentation)
+        await self._augment(config)
+        self.augmented = config is not None
+
+    async def augmentation_labels(self) -> list[dict[str, Any]]:
+        """What the augmentation did to each call since it was applied (or since the last reset)."""
+        return await self._labels() if self.augmented else []
+
+    @abc.abstractmethod
+    async def _augment(self, config: Augmentation | None) -> None: ...
+
+    @abc.abstractmethod
+    async def _labels(self) -> list[dict[str, Any]]: ...
+
     async def state_sha256(self) -> str:
         return sha256_hex(canonical_json(await self.state()))
 
@@ -110,14 +133,24 @@ class LocalSandbox(Sandbox):
     def __init__(self, runtime: Runtime, instance: Instance, env_digest: str) -> None:
         super().__init__(runtime, instance.env.name, env_digest)
         self.instance = instance
+        self.augmenter: Augmenter | None = None
 
     async def list_tools(self) -> list[dict[str, Any]]:
         self._check()
-        return self.instance.env.list_tools()
+        return self.augmenter.tools if self.augmenter else self.instance.env.list_tools()
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         self._check()
+        if self.augmenter is not None:
+            return self.augmenter.call(self.instance, name, arguments)
         return self.instance.call_tool(name, arguments)
+
+    async def _augment(self, config: Augmentation | None) -> None:
+        self._check()
+        self.augmenter = None if config is None else Augmenter(config, self.instance.env.list_tools())
+
+    async def _labels(self) -> list[dict[str, Any]]:
+        return list(self.augmenter.log) if self.augmenter else []
 
     async def state(self) -> dict[str, Any]:
         self._check()
@@ -139,6 +172,8 @@ class LocalSandbox(Sandbox):
     async def reset(self) -> None:
         self._check()
         self.instance.reset()
+        if self.augmenter is not None:
+            self.augmenter.reset()
 
     async def _release(self) -> None:
         pass
@@ -198,6 +233,12 @@ class RemoteSandbox(Sandbox):
 
     async def reset(self) -> None:
         await self._guard(lambda: self.client.reset(self.instance_id))
+
+    async def _augment(self, config: Augmentation | None) -> None:
+        await self._guard(lambda: self.client.augment(self.instance_id, config))
+
+    async def _labels(self) -> list[dict[str, Any]]:
+        return (await self._guard(lambda: self.client.augmentation(self.instance_id)))["labels"]
 
     async def _release(self) -> None:
         await self.runtime._release_remote(self)

@@ -7,6 +7,7 @@ import secrets
 from typing import Any
 
 from envreg.env import Environment, Instance
+from envreg.env.augment import Augmentation, Augmenter
 
 DEFAULT_INSTANCE = "default"
 _INSTANCE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -23,6 +24,7 @@ class InstanceStore:
         self.env = env
         self.max_instances = max_instances
         self._instances: dict[str, Instance] = {}
+        self._augmenters: dict[str, Augmenter] = {}
         if default:
             self._instances[DEFAULT_INSTANCE] = env.instance()
 
@@ -57,7 +59,20 @@ class InstanceStore:
         return instance_id, instance
 
     def delete(self, instance_id: str) -> bool:
+        self._augmenters.pop(instance_id, None)
         return self._instances.pop(instance_id, None) is not None
+
+    def augmenter(self, instance_id: str) -> Augmenter | None:
+        """The instance's augmentation, if one was set (see `envreg.env.augment`)."""
+        return self._augmenters.get(instance_id)
+
+    def augment(self, instance_id: str, config: Augmentation | None) -> Augmenter | None:
+        """Set (or with None remove) an instance's augmentation; a new one starts a fresh label log."""
+        if config is None:
+            self._augmenters.pop(instance_id, None)
+            return None
+        augmenter = self._augmenters[instance_id] = Augmenter(config, self.env.list_tools())
+        return augmenter
 
 
 def instance_id_from_path(path: str) -> str | None:

@@ -114,6 +114,9 @@ class LeanPath:
         if params.keys() != _META_ONLY:
             return None
         if method == "tools/list":
+            augmenter = self.store.augmenter(instance_id)
+            if augmenter is not None:
+                return _envelope(rid, self._augmented_list(augmenter))
             return _envelope(rid, self._list_result)
         if method == "server/discover":
             return _envelope(rid, self._discover_result)
@@ -121,7 +124,9 @@ class LeanPath:
 
     def _call(self, h: dict[bytes, bytes], params: dict[str, Any], instance_id: str) -> dict[str, Any] | None:
         name, arguments = params.get("name"), params.get("arguments")
-        if type(name) is not str or name not in self.tools or not params.keys() <= _CALL_PARAMS:
+        augmenter = self.store.augmenter(instance_id)
+        known = name in self.tools or (augmenter is not None and name in augmenter.distractors)
+        if type(name) is not str or not known or not params.keys() <= _CALL_PARAMS:
             return None
         if arguments is not None and type(arguments) is not dict:
             return None
@@ -130,10 +135,23 @@ class LeanPath:
         instance = self.store.get(instance_id)
         if instance is None:
             return None
-        result = instance.call_tool(name, arguments).to_mcp()
+        outcome = (
+            augmenter.call(instance, name, arguments) if augmenter else instance.call_tool(name, arguments)
+        )
+        result = outcome.to_mcp()
         result["resultType"] = "complete"
         result["_meta"] = self.server_info
         return result
+
+    def _augmented_list(self, augmenter: Any) -> bytes:
+        result = {
+            "cacheScope": "private",
+            "resultType": "complete",
+            "tools": augmenter.tools,
+            "ttlMs": 0,
+            "_meta": self.server_info,
+        }
+        return json.dumps(result, separators=(",", ":")).encode()
 
 
 def _envelope(rid: int | str, result: bytes) -> bytes:

@@ -31,19 +31,25 @@ def build_sdk_app(store: InstanceStore, max_body: int, loopback: bool) -> tuple[
 
     def instance_for(ctx: Any) -> Any:
         path = ctx.request.url.path if ctx.request is not None else "/mcp"
-        instance = store.get(instance_id_from_path(path) or "")
+        instance_id = instance_id_from_path(path) or ""
+        instance = store.get(instance_id)
         if instance is None:
             raise MCPError(types.INVALID_REQUEST, f"no instance at {path}: it was deleted or never created")
-        return instance
+        return instance, store.augmenter(instance_id)
 
     async def list_tools(ctx: Any, params: Any) -> Any:
-        instance_for(ctx)
+        _, augmenter = instance_for(ctx)
+        if augmenter is not None:
+            return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in augmenter.tools])
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: Any) -> Any:
-        instance = instance_for(ctx)
+        instance, augmenter = instance_for(ctx)
         try:
-            result = instance.call_tool(params.name, params.arguments)
+            if augmenter is not None:
+                result = augmenter.call(instance, params.name, params.arguments)
+            else:
+                result = instance.call_tool(params.name, params.arguments)
         except UnknownToolError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         return types.CallToolResult.model_validate(result.to_mcp())
