@@ -8,6 +8,7 @@ from envreg.cli import build as build_cmd
 from envreg.cli import episode as episode_cmd
 from envreg.cli import manifest as manifest_cmd
 from envreg.cli import registry as registry_cmd
+from envreg.cli import reward as reward_cmd
 from envreg.cli import runtime as runtime_cmd
 from envreg.cli import serve_env as serve_env_cmd
 
@@ -24,6 +25,7 @@ episode_cmd.register(app)
 manifest_cmd.register(app)
 runtime_cmd.register(app)
 registry_cmd.register(app)
+reward_cmd.register(app)
 serve_env_cmd.register(app)
 
 
