@@ -194,6 +194,9 @@ def render(value: Any, fmt: Format) -> str:
 
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_ .@/-]*$")
+# what YAML may not carry raw in a double-quoted scalar: non-printables and its extra line breaks
+_YAML_ESCAPE = re.compile("[\x7f-\x9f\u2028\u2029\ufffe\uffff]")
+_XML_UNSAFE = re.compile("[^\x09\x0a\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
 
@@ -203,11 +206,16 @@ def _yaml_scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
-        return json.dumps(value) if math.isfinite(value) else json.dumps(str(value))
+        if not math.isfinite(value):
+            return json.dumps(str(value))
+        text = json.dumps(value)
+        mantissa, e, exponent = text.partition("e")
+        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text  # YAML 1.1 floats need a dot
     text = str(value)
-    if _PLAIN.match(text) and text.lower() not in _YAML_WORDS and not text.endswith((" ", ".")):
+    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS and not text.endswith((" ", ".")):
         return text
-    return json.dumps(text, ensure_ascii=False)  # a JSON string is a valid double-quoted YAML scalar
+    # a JSON string is a valid double-quoted YAML scalar, once YAML's own specials are escaped too
+    return _YAML_ESCAPE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(text, ensure_ascii=False))
 
 
 def to_yaml(value: Any, indent: int = 0) -> str:
@@ -242,14 +250,16 @@ _XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
 def to_xml(value: Any, tag: str = "result") -> str:
-    """XML with a `type` attribute on every non-string node, so that it reads back exactly."""
+    """XML with a `type` attribute on every non-string node, so that it reads back exactly.
+
+    A key that is not an XML name becomes ``<field key="<JSON string>">``; a string XML cannot carry
+    (control characters, carriage returns) is written as ``type="json"`` text.
+    """
 
     def node(tag: str, value: Any) -> str:
-        name, attr = (
-            (tag, "") if _XML_NAME.match(tag) and not tag.lower().startswith("xml") else ("field", "")
-        )
-        if name != tag:
-            attr = f" name={quoteattr(tag)}"
+        name, attr = tag, ""
+        if not _XML_NAME.fullmatch(tag) or tag.lower().startswith("xml"):
+            name, attr = "field", f" key={quoteattr(json.dumps(tag))}"
         if isinstance(value, dict):
             inner = "".join(node(str(k), v) for k, v in value.items())
             return f'<{name}{attr} type="object">{inner}</{name}>'
@@ -262,7 +272,10 @@ def to_xml(value: Any, tag: str = "result") -> str:
             return f'<{name}{attr} type="boolean">{"true" if value else "false"}</{name}>'
         if isinstance(value, int | float):
             return f'<{name}{attr} type="number">{json.dumps(value)}</{name}>'
-        return f"<{name}{attr}>{escape(str(value))}</{name}>"
+        text = str(value)
+        if _XML_UNSAFE.search(text):
+            return f'<{name}{attr} type="json">{escape(json.dumps(text))}</{name}>'
+        return f"<{name}{attr}>{escape(text)}</{name}>"
 
     return node(tag, value)
 

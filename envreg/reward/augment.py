@@ -1,0 +1,150 @@
+"""Host side of COVERT augmentation: choose distractor tools from the catalog and build per-sandbox configs.
+
+The mechanism itself (formats, noise, injected errors, decoys) runs where tool results are produced:
+`envreg.env.augment`, in the environment server's instances and in local-tier sandboxes. This
+module decides *what* to apply, deterministically from a seed:
+
+```python
+config = augmentation_for("calendar", seed=7, formats=["json", "yaml"], errors=0.2, distractors=3)
+sb = await rt.sandbox("calendar", isolation="container", augment=config)   # MCP agents see it too
+labels = await sb.augmentation_labels()                                     # exported with the record
+```
+
+Distractors are the tools of *other* environments most similar to this environment's own tools.
+Similarity is the cosine of text vectors of each tool (name, description, parameter names): from an
+`embed` function when one is given (the synth graph's sentence-transformers embeddings), otherwise
+from a TF-IDF of the same text, which needs nothing but the manifests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from envreg.env.augment import Augmentation, Format, unit
+
+Embed = Callable[[list[str]], Sequence[Sequence[float]]]
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def load_catalog(folder: Path = Path("manifests")) -> dict[str, list[dict[str, Any]]]:
+    """Tools per environment, from the generated manifests (``manifests/*.json``)."""
+    catalog = {}
+    for path in sorted(folder.glob("*.json")):
+        manifest = json.loads(path.read_text())
+        catalog[manifest["name"]] = [
+            {k: t[k] for k in ("name", "description", "inputSchema", "annotations") if k in t}
+            for t in (_wire(t) for t in manifest["tools"])
+        ]
+    return catalog
+
+
+def _wire(tool: dict[str, Any]) -> dict[str, Any]:
+    """A manifest tool entry in MCP wire form."""
+    return {
+        "name": tool["name"],
+        "description": tool.get("description", ""),
+        "inputSchema": tool.get("input_schema") or tool.get("inputSchema") or {"type": "object"},
+        "annotations": tool.get("annotations", {}),
+    }
+
+
+def tool_text(tool: dict[str, Any]) -> str:
+    params = " ".join(tool.get("inputSchema", {}).get("properties", {}))
+    return f"{tool['name'].replace('_', ' ')}. {tool.get('description', '')} {params.replace('_', ' ')}"
+
+
+def tfidf_vectors(texts: list[str]) -> list[dict[str, float]]:
+    """Sparse unit TF-IDF vectors (the fallback when no embedding model is given)."""
+    docs = [Counter(_WORD.findall(t.lower())) for t in texts]
+    df = Counter(word for doc in docs for word in doc)
+    n = len(docs)
+    vectors = []
+    for doc in docs:
+        v = {w: c * math.log((1 + n) / (1 + df[w]) + 1) for w, c in doc.items()}
+        norm = math.sqrt(sum(x * x for x in v.values())) or 1.0
+        vectors.append({w: x / norm for w, x in v.items()})
+    return vectors
+
+
+def _cosine_sparse(a: dict[str, float], b: dict[str, float]) -> float:
+    if len(a) > len(b):
+        a, b = b, a
+    return sum(x * b.get(w, 0.0) for w, x in a.items())
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+def rank_distractors(
+    env: str, catalog: dict[str, list[dict[str, Any]]], embed: Embed | None = None
+) -> list[tuple[float, dict[str, Any]]]:
+    """Other environments' tools, most similar to any of `env`'s tools first (same-name tools excluded)."""
+    if env not in catalog:
+        raise ValueError(
+            f"no environment {env!r} in the catalog (have: {', '.join(sorted(catalog)) or 'none'})"
+        )
+    own = catalog[env]
+    own_names = {t["name"] for t in own}
+    others = [
+        t
+        for name, tools in sorted(catalog.items())
+        if name != env
+        for t in tools
+        if t["name"] not in own_names
+    ]
+    if not others:
+        return []
+    texts = [tool_text(t) for t in own + others]
+    if embed is not None:
+        dense = [list(v) for v in embed(texts)]
+        mine, theirs = dense[: len(own)], dense[len(own) :]
+        scores = [max(_cosine(o, m) for m in mine) for o in theirs]
+    else:
+        sparse = tfidf_vectors(texts)
+        mine_s, theirs_s = sparse[: len(own)], sparse[len(own) :]
+        scores = [max(_cosine_sparse(o, m) for m in mine_s) for o in theirs_s]
+    ranked = sorted(zip(scores, others, strict=True), key=lambda p: (-p[0], p[1]["name"]))
+    seen: set[str] = set()
+    unique = []
+    for score, tool in ranked:
+        if tool["name"] not in seen:
+            seen.add(tool["name"])
+            unique.append((score, tool))
+    return unique
+
+
+def augmentation_for(
+    env: str,
+    *,
+    seed: int = 0,
+    formats: list[Format] | None = None,
+    noise: float = 0.0,
+    errors: float = 0.0,
+    distractors: int = 0,
+    catalog: dict[str, list[dict[str, Any]]] | None = None,
+    embed: Embed | None = None,
+    pool: int = 3,
+) -> Augmentation:
+    """A deterministic augmentation for one sandbox of `env`.
+
+    `distractors` decoys are drawn (by the seed) from the `pool` * `distractors` most similar tools
+    of the other environments of `catalog` (default: ``manifests/``).
+    """
+    decoys: list[dict[str, Any]] = []
+    if distractors > 0:
+        ranked = rank_distractors(env, catalog if catalog is not None else load_catalog(), embed)
+        candidates = [tool for _, tool in ranked[: max(distractors, pool * distractors)]]
+        candidates.sort(key=lambda t: unit(seed, "decoy", t["name"]))
+        decoys = candidates[:distractors]
+    return Augmentation(
+        seed=seed, formats=formats or ["json"], noise=noise, errors=errors, distractors=decoys
+    )
