@@ -56,7 +56,7 @@ def test_score_json_has_every_component(tmp_path, items) -> None:
     proc = envreg("reward", "score", str(path), "--json", "--partial-state")
     assert proc.returncode == 0, proc.stderr
     results = [json.loads(line)["result"] for line in proc.stdout.splitlines()]
-    assert [r["reward"] == 1.0 for r in results] == [True, False, False, False]
+    assert [r["reward"] == 1.0 for r in results] == [True, True, False, False]
     assert 0 < results[2]["r_state"] < 1, "partial credit for a partial run"
     assert results[3]["malformed"] == 1 and results[3]["p_format"] == 1.0
     for key in ("r_traj", "r_state", "p_length", "p_format", "states", "calls", "missing"):

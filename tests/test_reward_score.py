@@ -40,7 +40,7 @@ async def test_the_oracle_scores_one_in_every_output_format(env, scenario) -> No
         as_openai_messages(truth["calls"]),
         json.dumps({"tool_calls": [m["tool_calls"][0] for m in as_openai_messages(truth["calls"])[1::2]]}),
     ):
-        result = await score(truth, output, gamma=0)  # oracle errors are extra calls, not penalized here
+        result = await score(truth, output)
         assert result.r_traj == 1.0 and result.r_state == 1.0, result.missing
         assert result.reward == 1.0
         assert result.malformed == result.unknown_tools == 0
@@ -112,10 +112,12 @@ async def test_extra_calls_cost_the_length_penalty() -> None:
     truth = scenario_truth("bank", "pay_new_payee_chain")
     ok = [c for c in truth["calls"] if not c["is_error"]]
     read = next(c for c in ok if c["tool"] == "get_balance")
-    padded = ok + [read] * len(ok)
-    result = await score(truth, as_tool_call_tags(padded), gamma=0.25)
-    assert result.p_length == 1.0
-    assert result.reward == pytest.approx(0.75)
+    n = len(truth["calls"])  # the oracle's calls, its failed attempt included
+    half = await score(truth, as_tool_call_tags(ok + [read] * (n - len(ok) + n // 2)), gamma=0.25)
+    assert half.p_length == pytest.approx((n // 2) / n)
+    padded = await score(truth, as_tool_call_tags(ok + [read] * 3 * n), gamma=0.25)
+    assert padded.p_length == 1.0, "capped"
+    assert padded.reward == pytest.approx(0.75)
 
 
 async def test_unknown_tools_bad_arguments_and_malformed_calls_are_counted() -> None:

@@ -7,8 +7,8 @@
   equivalent spellings match; in order with ``ordered``).
 - `R_state`: per environment, the replayed final state against the oracle's (canonical JSON,
   volatile paths ignored), 1 or 0, or entity-level partial credit with ``partial_state``; averaged.
-- `P_length`: calls beyond the oracle's count, relative to it (at most 1). A retry after an
-  injected error is not counted.
+- `P_length`: calls beyond the oracle's count (its failed attempts included), relative to it (at
+  most 1). A retry after an injected error is not counted.
 - `P_format`: the share of call attempts that could not be read.
 
 Unknown tools, bad arguments and malformed calls are counted in the breakdown, never raised.
@@ -295,7 +295,8 @@ class Scorer:
         r_traj = matched / len(want) if want else 1.0
         r_state = sum(s.score for s in states) / len(states) if states else 1.0
         counted = sum(1 for c in calls if c.status != "injected_error")
-        p_length = min(1.0, max(0, counted - len(want)) / max(1, len(want)))
+        oracle_calls = len(truth.calls)  # the oracle's own failed attempts are not "too long"
+        p_length = min(1.0, max(0, counted - oracle_calls) / max(1, oracle_calls))
         p_format = len(parsed.malformed) / parsed.attempts if parsed.attempts else 0.0
         raw = opts.alpha * r_traj + (1 - opts.alpha) * r_state - opts.gamma * p_length - opts.beta * p_format
         by_status = defaultdict(int)
