@@ -18,21 +18,53 @@ import envreg.reward.verl as verl_module
 from envreg.env import load_environment, load_scenarios
 
 
+def rl_row(record, index: int) -> dict:
+    """A verl row in the RL export's layout (`envreg synth` export): the turn's oracle calls as the
+    ground truth, the environments' states before and after it in extra_info, as JSON text."""
+    envs = [e.name for e in record.envs]
+    dumps = json.dumps
+    turn = record.turns[0]
+    return {
+        "data_source": "envreg",
+        "agent_name": "tool_agent",
+        "prompt": [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": turn.query}],
+        "ability": "tool_use",
+        "reward_model": {
+            "style": "rule",
+            "ground_truth": dumps(
+                [
+                    {
+                        "name": c.tool,
+                        "arguments": c.arguments,
+                        "masked_arguments": c.masked,
+                        "env": c.env,
+                        "tool": c.tool,
+                    }
+                    for c in turn.calls
+                ]
+            ),
+        },
+        "extra_info": {
+            "index": index,
+            "split": "train",
+            "trajectory_id": record.id,
+            "turn": 0,
+            "envs": dumps(envs),
+            "initial_states": dumps(record.initial_states),
+            "final_states": dumps(record.final_states),
+            "initial_state_sha256": dumps(record.initial_state_sha256),
+            "final_state_sha256": dumps(record.final_state_sha256),
+            "volatile": dumps(record.volatile),
+        },
+    }
+
+
 def write_rl_parquet(path: Path) -> list[dict]:
-    """One row per executed scenario of the catalog, in verl's RL layout (what synth export writes)."""
+    """One row per executed scenario of the catalog."""
     rows = []
     for env in REFERENCE_ENVS:
         for i, scenario in enumerate(load_scenarios(load_environment(env).folder)[0]):
-            record = executed_trajectory(env, scenario.name, seed=i)
-            rows.append(
-                {
-                    "data_source": "envreg",
-                    "prompt": [{"role": "user", "content": record.turns[0].query}],
-                    "ability": "tool_use",
-                    "reward_model": {"style": "rule", "ground_truth": record.model_dump_json()},
-                    "extra_info": {"index": len(rows), "split": "train", "record_id": record.id},
-                }
-            )
+            rows.append(rl_row(executed_trajectory(env, scenario.name, seed=i), len(rows)))
     pq.write_table(pa.Table.from_pylist(rows), path)
     return rows
 
@@ -51,10 +83,10 @@ def test_compute_score_on_a_verl_parquet_file(tmp_path) -> None:
     rows = pq.read_table(tmp_path / "train.parquet").to_pylist()
     assert len(rows) == len(written) >= 10
     compute_score = load_like_verl(verl_module.__file__)
-    reward_kwargs = {"alpha": 0.5, "gamma": 0.0}
+    reward_kwargs = {"alpha": 0.5, "gamma": 0.1}
     for row in rows:
         truth = row["reward_model"]["ground_truth"]
-        calls = [c for t in json.loads(truth)["turns"] for c in t["calls"]]
+        calls = json.loads(truth)
         # the response a policy would produce: the oracle's calls, errors included
         result = compute_score(
             data_source=row["data_source"],
@@ -66,12 +98,21 @@ def test_compute_score_on_a_verl_parquet_file(tmp_path) -> None:
         )
         assert result["score"] == 1.0, (row["extra_info"], result)
         assert all(isinstance(v, float) for v in result.values())
-        last = max(i for i, c in enumerate(calls) if not c["is_error"])
+        last = len(calls) - 1
         missing_one = as_tool_call_tags(calls[:last] + calls[last + 1 :])
         wrong = compute_score(row["data_source"], missing_one, truth, row["extra_info"], **reward_kwargs)
         assert wrong["score"] < 1.0 and wrong["r_traj"] < 1.0
         empty = compute_score(row["data_source"], "I cannot help with that.", truth, row["extra_info"])
         assert empty["r_traj"] == 0.0 and empty["predicted_calls"] == 0.0
+
+
+def test_a_whole_record_as_ground_truth() -> None:
+    record = executed_trajectory("airline", "change_flight_rules")
+    calls = [c.model_dump() for c in record.calls]
+    result = verl_module.compute_score(
+        "envreg", as_tool_call_tags(calls), record.model_dump_json(), {"index": 0}
+    )
+    assert result["score"] == 1.0
 
 
 def test_compute_score_is_safe_from_many_threads(tmp_path) -> None:

@@ -11,6 +11,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from envreg.reward.score import RewardBreakdown, ScoreOptions, Scorer
+from envreg.reward.truth import read_truth
 
 
 class ScoreItem(BaseModel):
@@ -25,6 +26,10 @@ class ScoreItem(BaseModel):
     output: Any = Field(
         default=None,
         description="Raw model output: text with <tool_call> tags, OpenAI tool-call JSON, or a message list.",
+    )
+    extra_info: dict[str, Any] | None = Field(
+        default=None,
+        description="A verl row's extra_info, when the record is its ground truth (states there).",
     )
     options: ScoreOptions | None = Field(
         default=None, description="Overrides the scorer's options for this item."
@@ -53,7 +58,8 @@ async def score_items(
     async def one(index: int, item: ScoreItem) -> None:
         async with limiter:
             try:
-                breakdown = await scorer.score(item.record, item.output, item.options, oracle=oracle)
+                truth = read_truth(item.record, item.extra_info)
+                breakdown = await scorer.score(truth, item.output, item.options, oracle=oracle)
                 done = ItemResult(index=index, result=breakdown)
             except ValueError as exc:
                 done = ItemResult(index=index, error=str(exc))
@@ -116,7 +122,9 @@ def _item(row: Any, where: str, oracle: bool) -> ScoreItem:
     if output is None and not oracle:
         raise ValueError(f"{where}: no `output`; pass --oracle to score the records' own calls")
     try:
-        return ScoreItem(record=record, output=output, options=row.get("options"))
+        return ScoreItem(
+            record=record, output=output, extra_info=row.get("extra_info"), options=row.get("options")
+        )
     except Exception as exc:
         raise ValueError(f"{where}: {exc}") from None
 
@@ -133,8 +141,9 @@ def _parquet_items(path: Path, response_key: str, oracle: bool) -> Iterator[Scor
         truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
         if truth is None:
             raise ValueError(f"{path} row {i}: no reward_model.ground_truth (is this a verl RL file?)")
+        extra_info = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else None
         if oracle:
-            yield ScoreItem(record=truth)
+            yield ScoreItem(record=truth, extra_info=extra_info)
             continue
         if response_key not in row:
             raise ValueError(
@@ -142,4 +151,4 @@ def _parquet_items(path: Path, response_key: str, oracle: bool) -> Iterator[Scor
             )
         responses = row[response_key]
         for response in responses if isinstance(responses, list) else [responses]:
-            yield ScoreItem(record=truth, output=response)
+            yield ScoreItem(record=truth, output=response, extra_info=extra_info)

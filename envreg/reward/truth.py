@@ -6,7 +6,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from envreg.canonical import canonical_json, sha256_hex
 from envreg.env.augment import Augmentation
@@ -16,12 +16,14 @@ from envreg.synth.records import Trajectory
 class TruthCall(BaseModel):
     """One oracle call; `masked` arguments are ignored by trace matching, `is_error` calls are not required."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     env: str
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
-    masked: list[str] = Field(default_factory=list)
+    masked: list[str] = Field(
+        default_factory=list, validation_alias=AliasChoices("masked", "masked_arguments")
+    )
     is_error: bool = False
 
 
@@ -74,12 +76,21 @@ class GroundTruth(BaseModel):
         return [c for c in self.calls if not c.is_error]
 
 
-def read_truth(value: Any) -> GroundTruth:
+VERL_STATE_KEYS = ("envs", "initial_states", "final_states", "final_state_sha256", "volatile")
+
+
+def read_truth(value: Any, extra_info: dict[str, Any] | None = None) -> GroundTruth:
     """A `GroundTruth` from a `Trajectory`, a record or ground-truth dict, or its JSON text.
 
-    Raises `ValueError` saying what is wrong. JSON text is parsed once and cached, so that a trainer
-    sending the same ground truth for a group of rollouts pays for it once.
+    The RL export's layout is read too: `value` the list of oracle calls (JSON text) and the states
+    in `extra_info` (``envs``, ``initial_states``, ``final_states``, ``final_state_sha256``,
+    ``volatile``, each a JSON text or value). Raises `ValueError` saying what is wrong. JSON text is
+    parsed once and cached, so that a trainer sending the same ground truth for a group of rollouts
+    pays for it once.
     """
+    if extra_info and "initial_states" in extra_info:
+        parts = tuple(_text(extra_info.get(k)) for k in VERL_STATE_KEYS)
+        return _read_split(_text(value), parts)
     if isinstance(value, GroundTruth):
         return value
     if isinstance(value, Trajectory):
@@ -91,6 +102,29 @@ def read_truth(value: Any) -> GroundTruth:
     if isinstance(value, dict):
         return _read_dict(value)
     raise ValueError(f"a ground truth must be a record (JSON object or text), not {type(value).__name__}")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+@lru_cache(maxsize=4096)
+def _read_split(calls_text: str, parts: tuple[str, ...]) -> GroundTruth:
+    """Calls in the ground truth, states beside them in extra_info (the RL export's rows)."""
+    try:
+        calls = json.loads(calls_text)
+        fields = {k: json.loads(p) for k, p in zip(VERL_STATE_KEYS, parts, strict=True) if p != "null"}
+    except ValueError as exc:
+        raise ValueError(f"ground truth or extra_info is not valid JSON: {exc}") from None
+    if isinstance(calls, dict) and "calls" in calls:
+        calls = calls["calls"]
+    if not isinstance(calls, list):
+        raise ValueError("with states in extra_info, the ground truth must be the list of oracle calls")
+    if "envs" not in fields:
+        fields["envs"] = list(fields.get("initial_states", {}))
+    return _read_dict({**fields, "calls": calls})
 
 
 @lru_cache(maxsize=4096)

@@ -8,9 +8,10 @@ Point verl at this file (its path: ``python -c "import envreg.reward.verl as v; 
         name: compute_score
         reward_kwargs: {alpha: 0.5, gamma: 0.1, isolation: local}
 
-`ground_truth` is the RL record's ``reward_model.ground_truth`` (the trajectory record, or its
-ground-truth fields, as JSON text); `solution_str` is the decoded response with its
-``<tool_call>`` tags. The predicted calls are replayed in a sandbox seeded from the record's
+`ground_truth` is the RL row's ``reward_model.ground_truth``: the turn's oracle calls (JSON text)
+with the states in `extra_info` (``envs``, ``initial_states``, ``final_states``, ``volatile``), as
+`envreg synth` exports them, or a whole trajectory record as JSON text. `solution_str` is the
+decoded response with its ``<tool_call>`` tags. The predicted calls are replayed in a sandbox seeded from the record's
 initial state, on one runtime per process that lives in a background thread (verl calls reward
 functions from worker threads). The result is a dict: ``score`` plus each component, which verl
 logs as reward extra info.
@@ -23,6 +24,7 @@ import threading
 from typing import Any
 
 from envreg.reward.score import RewardBreakdown, ScoreOptions, Scorer
+from envreg.reward.truth import read_truth
 
 _OPTION_KEYS = set(ScoreOptions.model_fields)
 _lock = threading.Lock()
@@ -50,7 +52,9 @@ def compute_score(
     Anything else verl passes is ignored.
     """
     options = ScoreOptions(**{k: v for k, v in kwargs.items() if k in _OPTION_KEYS})
-    breakdown = score_breakdown(solution_str, ground_truth, options, isolation=isolation, envs=envs)
+    breakdown = score_breakdown(
+        solution_str, read_truth(ground_truth, extra_info), options, isolation=isolation, envs=envs
+    )
     return as_verl_result(breakdown)
 
 
