@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
@@ -155,7 +155,7 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
         )
 
     @app.post("/v1/score", response_model=ScoreResponse, dependencies=auth, responses=errors)
-    async def score(body: ScoreRequest) -> ScoreResponse:
+    async def score(body: ScoreRequest) -> Response:
         """Score a batch: one result (or error) per item, in order."""
         if len(body.items) > config.max_batch:
             raise HTTPException(
@@ -167,6 +167,7 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
             state["scored"] += 1
 
         results = await score_items(state["scorer"], body.items, limiter, oracle=body.oracle, on_done=done)
-        return ScoreResponse(results=results, seconds=time.perf_counter() - started)
+        body_out = ScoreResponse(results=results, seconds=time.perf_counter() - started)
+        return Response(body_out.model_dump_json(), media_type="application/json")  # no re-validation
 
     return app
