@@ -223,3 +223,24 @@ def test_any_output_gives_a_reward_in_range_never_an_exception(output) -> None:
     result = anyio.run(run)
     assert 0.0 <= result.reward <= 1.0
     assert result.predicted_calls + result.malformed >= 0
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 5)
+    | st.sampled_from([0.0, 1.0, 2.5, -0.0])
+    | st.sampled_from(["", "a", "1"]),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(["a", "b", "c"]), c, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(JSON, JSON)
+def test_state_equality_is_canonical_equality(a, b) -> None:
+    from envreg.canonical import canonical_json
+    from envreg.reward.match import json_equal
+
+    assert json_equal(a, b) == (canonical_json(a) == canonical_json(b))
+    assert json_equal(a, a)

@@ -93,6 +93,20 @@ def _lcs(n: int, m: int, edges: list[list[int]]) -> list[int]:
     return assignment
 
 
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON data as canonical JSON sees it (``True`` is not ``1``; ``1.0`` is ``1``), without
+    serializing either side."""
+    if type(a) is type(b):
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(json_equal(v, b[k]) for k, v in a.items())
+        if isinstance(a, list):
+            return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+        return a == b
+    if isinstance(a, bool) or isinstance(b, bool):
+        return False
+    return isinstance(a, int | float) and isinstance(b, int | float) and a == b
+
+
 def entities(state: dict[str, Any]) -> dict[str, str]:
     """A state as entities: each item of a collection (an object of objects, or a list of objects
     with an ``id``) is one entity; any other top-level field is one entity. Values are canonical JSON."""

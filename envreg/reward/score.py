@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from envreg.env import EnvironmentNotFound, UnknownToolError, load_environment
 from envreg.env.augment import Augmentation
-from envreg.reward.match import arguments_match, entity_score, max_matching
+from envreg.reward.match import arguments_match, entity_score, json_equal, max_matching
 from envreg.reward.parse import ParsedOutput, PredictedCall, parse_output, split_qualified
 from envreg.reward.truth import GroundTruth, TruthCall, read_truth
 from envreg.runtime import Runtime, Sandbox
@@ -222,11 +222,10 @@ class Scorer:
     async def _state_report(
         self, env: str, truth: GroundTruth, sb: Sandbox, opts: ScoreOptions
     ) -> StateReport:
-        expected_sha = truth.final_state_sha256.get(env)
         volatile = truth.volatile.get(env, [])
-        if expected_sha is not None and not volatile and await sb.state_sha256() == expected_sha:
-            return StateReport(env=env, equal=True, score=1.0)
         got = await sb.state()
+        if not volatile and json_equal(got, truth.final_states[env]):
+            return StateReport(env=env, equal=True, score=1.0)
         score, differing = entity_score(truth.initial_states[env], truth.final_states[env], got, volatile)
         equal = not differing
         return StateReport(
