@@ -244,3 +244,16 @@ def test_state_equality_is_canonical_equality(a, b) -> None:
 
     assert json_equal(a, b) == (canonical_json(a) == canonical_json(b))
     assert json_equal(a, a)
+
+
+async def test_an_invalid_initial_state_fails_that_record_only() -> None:
+    good = scenario_truth("bank", "pay_new_payee_chain")
+    bad = copy.deepcopy(good)
+    next(iter(bad["initial_states"]["bank"]["accounts"].values()))["balance"] = "lots"
+    async with Runtime() as rt:
+        scorer = Scorer(rt)
+        assert (await scorer.score(good, as_tool_call_tags(good["calls"]))).reward == 1.0
+        with pytest.raises(ValueError, match="invalid state"):
+            await scorer.score(bad, as_tool_call_tags(good["calls"]))
+        assert (await scorer.score(good, as_tool_call_tags(good["calls"]))).reward == 1.0
+        assert len(rt.sandboxes) == 1, "the sandbox that refused the state is reused"

@@ -59,6 +59,8 @@ def parse_output(output: Any) -> ParsedOutput:
     as a JSON string), a list of calls, or ``{"calls": [...]}``.
     """
     parsed = ParsedOutput()
+    if output is None:
+        return parsed
     if isinstance(output, str):
         _parse_text(output, parsed)
     else:

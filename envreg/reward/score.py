@@ -123,8 +123,10 @@ class Scorer:
         )
         if not oracle:
             parsed = parse_output(output)
-        sandboxes = {env: await self._acquire(env, truth) for env in truth.envs}
+        sandboxes: dict[str, Sandbox] = {}
         try:
+            for env in truth.envs:
+                sandboxes[env] = await self._acquire(env, truth)
             calls, resolved = await self._replay(truth, parsed.calls, sandboxes)
             states = [await self._state_report(env, truth, sandboxes[env], opts) for env in truth.envs]
         finally:
@@ -134,12 +136,20 @@ class Scorer:
 
     # sandboxes ------------------------------------------------------------------------------------
     async def _acquire(self, env: str, truth: GroundTruth) -> Sandbox:
+        """A sandbox of `env` in the record's initial state: an idle one reset to it, or a new one.
+
+        Raises `InvalidState` (a `ValueError`) when the environment refuses the initial state.
+        """
         idle = self._idle[env]
         while idle:
             sb = idle.pop()
             if sb.ended is None:
                 sb.renew(self.runtime.lease_ttl)
-                await sb.load_state(truth.initial_states[env])
+                try:
+                    await sb.load_state(truth.initial_states[env])
+                except ValueError:
+                    idle.append(sb)  # refused, unchanged: still good for the next record
+                    raise
                 break
         else:
             sb = await self.runtime.sandbox(
