@@ -156,3 +156,27 @@ def test_serve_answers_64_concurrent_requests(server, items) -> None:
         return statuses
 
     assert anyio.run(main) == [200] * 64
+
+
+def test_fuzz_the_api_against_its_own_document(server) -> None:
+    """schemathesis: every generated request (valid or not) gets a documented answer, never a 5xx."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis import GenerationMode
+
+    auth = {"Authorization": server.auth["authorization"]}  # the header name schemathesis drops to probe auth
+    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json", headers=auth)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert {op.path for op in operations} == {"/v1/score", "/v1/healthz"}
+    for operation in operations:
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @given(case=operation.as_strategy(generation_mode=mode))
+            @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            def check(case) -> None:
+                response = case.call_and_validate(base_url=server.url, headers=auth)
+                assert response.status_code < 500, response.text
+                if response.status_code >= 400:
+                    assert response.json()["error"]
+
+            check()
