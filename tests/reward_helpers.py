@@ -71,11 +71,12 @@ def executed_trajectory(env_name: str, scenario_name: str | None = None, seed: i
     )
 
 
-def as_tool_call_tags(calls: list[dict[str, Any]], qualify: bool = False) -> str:
-    """Model text in the Hermes / Qwen style: one ``<tool_call>`` tag per call."""
+def as_tool_call_tags(calls: list[dict[str, Any]], qualify: str = "") -> str:
+    """Model text in the Hermes / Qwen style: one ``<tool_call>`` tag per call; names qualified
+    with their environment and `qualify` as separator (``.``, or ``__`` as the RL export names them)."""
     parts = ["I will do that now."]
     for c in calls:
-        name = f"{c['env']}.{c['tool']}" if qualify else c["tool"]
+        name = f"{c['env']}{qualify}{c['tool']}" if qualify else c["tool"]
         parts.append(f"<tool_call>\n{json.dumps({'name': name, 'arguments': c['arguments']})}\n</tool_call>")
     return "\n".join(parts)
 

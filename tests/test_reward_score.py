@@ -154,11 +154,11 @@ async def test_multi_environment_records_route_qualified_and_bare_names() -> Non
         "initial_states": {**bank["initial_states"], **cal["initial_states"]},
         "final_states": {**bank["final_states"], **cal["final_states"]},
     }
-    for qualify in (True, False):
+    for qualify in (".", "__", ""):
         result = await score(truth, as_tool_call_tags(truth["calls"], qualify=qualify), gamma=0)
         assert result.reward == 1.0, (qualify, result.missing)
         assert {s.env for s in result.states} == {"bank", "calendar"}
-    only_bank = await score(truth, as_tool_call_tags(bank["calls"], qualify=True), gamma=0)
+    only_bank = await score(truth, as_tool_call_tags(bank["calls"], qualify="__"), gamma=0)
     assert only_bank.r_state == 0.5
     assert [s.equal for s in only_bank.states] == [True, False]
 

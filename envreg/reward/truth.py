@@ -90,7 +90,10 @@ def read_truth(value: Any, extra_info: dict[str, Any] | None = None) -> GroundTr
     """
     if extra_info and "initial_states" in extra_info:
         parts = tuple(_text(extra_info.get(k)) for k in VERL_STATE_KEYS)
-        return _read_split(_text(value), parts)
+        name = str(extra_info.get("trajectory_id", ""))
+        if name and extra_info.get("turn") is not None:
+            name += f"#{extra_info['turn']}"
+        return _read_split(_text(value), parts, name)
     if isinstance(value, GroundTruth):
         return value
     if isinstance(value, Trajectory):
@@ -111,7 +114,7 @@ def _text(value: Any) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _read_split(calls_text: str, parts: tuple[str, ...]) -> GroundTruth:
+def _read_split(calls_text: str, parts: tuple[str, ...], name: str = "") -> GroundTruth:
     """Calls in the ground truth, states beside them in extra_info (the RL export's rows)."""
     try:
         calls = json.loads(calls_text)
@@ -124,7 +127,7 @@ def _read_split(calls_text: str, parts: tuple[str, ...]) -> GroundTruth:
         raise ValueError("with states in extra_info, the ground truth must be the list of oracle calls")
     if "envs" not in fields:
         fields["envs"] = list(fields.get("initial_states", {}))
-    return _read_dict({**fields, "calls": calls})
+    return _read_dict({**fields, "calls": calls, "id": name})
 
 
 @lru_cache(maxsize=4096)
