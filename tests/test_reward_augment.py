@@ -9,14 +9,16 @@ from typing import Any
 import httpx2
 import pytest
 import yaml
-from conftest import REFERENCE_ENVS
+from conftest import COUNTER, REFERENCE_ENVS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_helpers import ERAS, mcp_client
 from reward_helpers import as_tool_call_tags, executed_trajectory
+from servers import modern_request
+from test_lean_path import variants as lean_variants
 
 from envreg.env import load_environment, load_scenarios, states_equal
-from envreg.env.augment import FORMATS, Augmenter, render
+from envreg.env.augment import FORMATS, Augmentation, Augmenter, render
 from envreg.reward.augment import augmentation_for, load_catalog, rank_distractors, tool_text
 from envreg.reward.score import Scorer
 from envreg.runtime import Runtime
@@ -247,3 +249,53 @@ async def test_mcp_agents_get_it_from_the_environment_server(env_server, era) ->
         plain = await client.call_tool("list_calendars", {})
         assert plain.content[0].text.startswith("[")
     assert server.state(instance)["sha256"] == state_before
+
+
+DECOY = {
+    "name": "decrement",
+    "description": "Subtract from the counter.",
+    "inputSchema": {"type": "object", "properties": {"by": {"type": "integer"}}},
+}
+
+
+@pytest.mark.parametrize(("body", "headers"), lean_variants())
+async def test_lean_path_and_sdk_answer_alike_on_an_augmented_instance(env_server, body, headers) -> None:
+    config = Augmentation(seed=1, formats=["yaml"], noise=1.0, errors=0.5, distractors=[DECOY])
+
+    def exchange(server) -> tuple:
+        instance = server.new_instance()
+        put = httpx2.put(
+            f"{server.control_url}/instances/{instance}/augmentation",
+            json=config.model_dump(),
+            headers=server.auth,
+        )
+        assert put.status_code == 200
+        sent = {**headers, "host": f"127.0.0.1:{server.port}"}
+        answers = []
+        for _ in range(2):  # a first attempt may be failed by the augmentation, the retry is not
+            r = httpx2.post(server.mcp_url(instance), content=json.dumps(body), headers=sent)
+            answers.append((r.status_code, r.text if r.status_code != 200 else r.json()))
+        labels = httpx2.get(f"{server.control_url}/instances/{instance}/augmentation", headers=server.auth)
+        return answers, labels.json()["labels"], server.state(instance)["sha256"]
+
+    assert exchange(env_server(COUNTER, True)) == exchange(env_server(COUNTER, False))
+
+
+def test_a_distractor_call_reaches_both_paths(env_server) -> None:
+    body, headers = modern_request("tools/call", {"name": "decrement", "arguments": {"by": 1}})
+    headers = {**headers, "mcp-name": "decrement"}
+    for fast in (True, False):
+        server = env_server(COUNTER, fast)
+        instance = server.new_instance()
+        config = Augmentation(distractors=[DECOY])
+        httpx2.put(
+            f"{server.control_url}/instances/{instance}/augmentation",
+            json=config.model_dump(),
+            headers=server.auth,
+        )
+        r = httpx2.post(
+            server.mcp_url(instance),
+            content=json.dumps(body),
+            headers={**headers, "host": f"127.0.0.1:{server.port}"},
+        )
+        assert r.json()["result"]["isError"] is True

@@ -108,9 +108,6 @@ class Augmenter:
         self.log.clear()
         self._seen.clear()
 
-    def knows(self, name: str, instance: Instance) -> bool:
-        return name in instance.env.tools or name in self.distractors
-
     def call(self, instance: Instance, name: str, arguments: dict[str, Any] | None) -> ToolResult:
         """Run one call through the augmentation; raises `UnknownToolError` like the instance would."""
         seed = self.config.seed

@@ -124,9 +124,10 @@ class LeanPath:
 
     def _call(self, h: dict[bytes, bytes], params: dict[str, Any], instance_id: str) -> dict[str, Any] | None:
         name, arguments = params.get("name"), params.get("arguments")
+        if type(name) is not str or not params.keys() <= _CALL_PARAMS:
+            return None
         augmenter = self.store.augmenter(instance_id)
-        known = name in self.tools or (augmenter is not None and name in augmenter.distractors)
-        if type(name) is not str or not known or not params.keys() <= _CALL_PARAMS:
+        if name not in self.tools and (augmenter is None or name not in augmenter.distractors):
             return None
         if arguments is not None and type(arguments) is not dict:
             return None
