@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from envreg.env import EnvironmentNotFound, UnknownToolError, load_environment
+from envreg.env import Environment, EnvironmentNotFound, UnknownToolError, load_environment
 from envreg.env.augment import Augmentation
 from envreg.reward.match import arguments_match, entity_score, json_equal, max_matching
 from envreg.reward.parse import ParsedOutput, PredictedCall, parse_output, split_qualified
@@ -99,12 +99,12 @@ class Scorer:
         *,
         isolation: str = "local",
         options: ScoreOptions | None = None,
-        sources: dict[str, str] | None = None,
+        sources: dict[str, str | Environment] | None = None,
     ) -> None:
         self.runtime = runtime
         self.isolation = isolation
         self.options = options or ScoreOptions()
-        self.sources = dict(sources or {})  # environment name -> folder or image reference
+        self.sources = dict(sources or {})  # environment name -> Environment, folder or image reference
         self._idle: dict[str, list[Sandbox]] = defaultdict(list)
         self._tools: dict[str, dict[str, dict[str, Any]]] = {}
         self._code: dict[str, Any] = {}
@@ -249,8 +249,9 @@ class Scorer:
     def _normalize(self, env: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Arguments as the tool itself reads them (defaults filled, values in JSON form), when it can."""
         if env not in self._code:
+            source = self.sources.get(env, env)
             try:
-                self._code[env] = load_environment(self.sources.get(env, env))
+                self._code[env] = source if isinstance(source, Environment) else load_environment(source)
             except (EnvironmentNotFound, OSError):
                 self._code[env] = None
         environment = self._code[env]
