@@ -81,7 +81,7 @@ CATALOG = load_catalog()
 
 
 @pytest.mark.parametrize("env_name", REFERENCE_ENVS)
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     seed=st.integers(0, 2**31),
     formats=st.lists(st.sampled_from(FORMATS), min_size=1, max_size=4, unique=True),
@@ -132,7 +132,7 @@ def test_augmentation_never_changes_oracle_calls_or_final_states(
                     assert text in got.text
             else:
                 assert without(decoded(got.text, fmt), label.get("noise", [])) == expected.value
-        assert augmented.state.canonical() == plain.state.canonical()
+        assert states_equal(augmented.state.to_json(), plain.state.to_json(), env.volatile)
         if scenario.final_state is not None:
             assert states_equal(augmented.state.to_json(), scenario.final_state, env.volatile)
 
