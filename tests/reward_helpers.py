@@ -63,6 +63,7 @@ def executed_trajectory(env_name: str, scenario_name: str | None = None, seed: i
                 query=f"Scenario {truth['id']}",
                 calls=executed,
                 state_sha256={env.name: instance.state.sha256()},
+                states={env.name: instance.state.to_json()},
             )
         ],
         final_states={env.name: instance.state.to_json()},

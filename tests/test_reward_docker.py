@@ -45,7 +45,7 @@ async def test_every_tier_gives_the_local_tiers_breakdown(isolation) -> None:
 
 async def test_an_mcp_agent_on_a_container_sandbox_gets_the_augmentation() -> None:
     config = augmentation_for(
-        "calendar", seed=4, formats=["yaml"], errors=1.0, distractors=2, catalog=load_catalog()
+        "calendar", seed=4, formats=["yaml"], errors=1.0, distractors=2, catalog=load_catalog(), embed="tfidf"
     )
     async with Runtime() as rt:
         sb = await rt.sandbox("calendar", isolation="container", augment=config)
@@ -67,7 +67,7 @@ async def test_an_mcp_agent_on_a_container_sandbox_gets_the_augmentation() -> No
 async def test_the_reward_replays_an_augmented_rollout_on_the_instance_tier() -> None:
     record = executed_trajectory("bank", "pay_new_payee_chain")
     config = augmentation_for(
-        "bank", seed=9, errors=1.0, formats=["xml"], distractors=1, catalog=load_catalog()
+        "bank", seed=9, errors=1.0, formats=["xml"], distractors=1, catalog=load_catalog(), embed="tfidf"
     )
     record.meta["augmentation"] = {"bank": config.model_dump()}
     calls = [c.model_dump() for c in record.calls]

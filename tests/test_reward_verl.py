@@ -1,4 +1,4 @@
-"""verl's custom reward function on an RL parquet file in verl's layout, loaded the way verl loads it."""
+"""verl's custom reward function on the RL parquet that `envreg synth` exports, loaded the way verl loads it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import REFERENCE_ENVS, ROOT
@@ -16,57 +15,22 @@ from reward_helpers import as_tool_call_tags, executed_trajectory
 
 import envreg.reward.verl as verl_module
 from envreg.env import load_environment, load_scenarios
+from envreg.manifest import build_manifest
 
 
-def rl_row(record, index: int) -> dict:
-    """A verl row in the RL export's layout (`envreg synth` export): the turn's oracle calls as the
-    ground truth, the environments' states before and after it in extra_info, as JSON text."""
-    envs = [e.name for e in record.envs]
-    dumps = json.dumps
-    turn = record.turns[0]
-    return {
-        "data_source": "envreg",
-        "agent_name": "tool_agent",
-        "prompt": [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": turn.query}],
-        "ability": "tool_use",
-        "reward_model": {
-            "style": "rule",
-            "ground_truth": dumps(
-                [
-                    {
-                        "name": c.tool,
-                        "arguments": c.arguments,
-                        "masked_arguments": c.masked,
-                        "env": c.env,
-                        "tool": c.tool,
-                    }
-                    for c in turn.calls
-                ]
-            ),
-        },
-        "extra_info": {
-            "index": index,
-            "split": "train",
-            "trajectory_id": record.id,
-            "turn": 0,
-            "envs": dumps(envs),
-            "initial_states": dumps(record.initial_states),
-            "final_states": dumps(record.final_states),
-            "initial_state_sha256": dumps(record.initial_state_sha256),
-            "final_state_sha256": dumps(record.final_state_sha256),
-            "volatile": dumps(record.volatile),
-        },
-    }
+@pytest.fixture(scope="module")
+def rl_parquet(tmp_path_factory) -> Path:
+    """The RL export (`envreg.synth.export`, verl layout) of executed trajectories: two scenarios of
+    every environment of the catalog."""
+    from envreg.synth.export import export
 
-
-def write_rl_parquet(path: Path) -> list[dict]:
-    """One row per executed scenario of the catalog."""
-    rows = []
+    records, manifests = [], {}
     for env in REFERENCE_ENVS:
-        for i, scenario in enumerate(load_scenarios(load_environment(env).folder)[0]):
-            rows.append(rl_row(executed_trajectory(env, scenario.name, seed=i), len(rows)))
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return rows
+        environment = load_environment(env)
+        manifests[env] = build_manifest(environment)
+        for i, scenario in enumerate(load_scenarios(environment.folder)[0][:2]):
+            records.append(executed_trajectory(env, scenario.name, seed=i))
+    return export(records, tmp_path_factory.mktemp("rl"), manifests, formats=["rl"])["rl"]
 
 
 def load_like_verl(path: str, name: str = "compute_score"):
@@ -78,10 +42,10 @@ def load_like_verl(path: str, name: str = "compute_score"):
     return getattr(module, name)
 
 
-def test_compute_score_on_a_verl_parquet_file(tmp_path) -> None:
-    written = write_rl_parquet(tmp_path / "train.parquet")
-    rows = pq.read_table(tmp_path / "train.parquet").to_pylist()
-    assert len(rows) == len(written) >= 10
+def test_compute_score_on_a_verl_parquet_file(rl_parquet) -> None:
+    rows = pq.read_table(rl_parquet).to_pylist()  # read back from the parquet file, as verl's dataset does
+    assert len(rows) >= 10
+    assert {"data_source", "prompt", "ability", "reward_model", "extra_info"} <= rows[0].keys()
     compute_score = load_like_verl(verl_module.__file__)
     reward_kwargs = {"alpha": 0.5, "gamma": 0.1}
     for row in rows:
@@ -137,10 +101,9 @@ def test_a_bad_ground_truth_names_the_problem() -> None:
         verl_module.compute_score("envreg", "", "{oops")
 
 
-def test_cli_checks_a_parquet_file_against_its_own_calls(tmp_path) -> None:
-    write_rl_parquet(tmp_path / "train.parquet")
+def test_cli_checks_a_parquet_file_against_its_own_calls(rl_parquet) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "envreg.cli.main", "reward", "score", str(tmp_path / "train.parquet"), "--oracle", "--gamma", "0", "--json"],
+        [sys.executable, "-m", "envreg.cli.main", "reward", "score", str(rl_parquet), "--oracle", "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

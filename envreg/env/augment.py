@@ -28,7 +28,8 @@ from xml.sax.saxutils import escape, quoteattr
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from envreg.env.tool import ToolResult, UnknownToolError
+from envreg.env.tool import ToolResult
+from envreg.errors import UnknownToolError
 
 if TYPE_CHECKING:
     from envreg.env.environment import Instance

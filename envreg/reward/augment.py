@@ -11,9 +11,10 @@ labels = await sb.augmentation_labels()                                     # ex
 ```
 
 Distractors are the tools of *other* environments most similar to this environment's own tools.
-Similarity is the cosine of text vectors of each tool (name, description, parameter names): from an
-`embed` function when one is given (the synth graph's sentence-transformers embeddings), otherwise
-from a TF-IDF of the same text, which needs nothing but the manifests.
+Similarity is the cosine of text vectors of each tool (name, description, parameter names): by
+default the synth graph's embeddings (`envreg.synth.embed`, sentence-transformers all-MiniLM-L6-v2,
+cached by content digest; needs ``envreg[synth]``), or any `embed` function, or ``embed="tfidf"``:
+TF-IDF vectors of the same text, which need nothing but the manifests.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from envreg.env.augment import Augmentation, Format, unit
 
 Embed = Callable[[list[str]], Sequence[Sequence[float]]]
+Similarity = Embed | Literal["graph", "tfidf"]
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -78,14 +81,31 @@ def _cosine_sparse(a: dict[str, float], b: dict[str, float]) -> float:
     return sum(x * b.get(w, 0.0) for w, x in a.items())
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
-    return dot / (na * nb) if na and nb else 0.0
+def _dense_scores(vectors: Sequence[Sequence[float]], n_own: int) -> list[float]:
+    """For each vector after the first `n_own`, its best cosine with one of the first `n_own`."""
+    import numpy as np
+
+    matrix = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    matrix = matrix / np.where(norms == 0, 1, norms)
+    return (matrix[n_own:] @ matrix[:n_own].T).max(axis=1).tolist()
+
+
+@cache
+def graph_embed(cache_dir: Path | None = None) -> Embed:
+    """The synth tool graph's embedding model, cached on disk by content digest (``envreg[synth]``)."""
+    try:
+        from envreg.synth.embed import make_embedder
+    except ImportError as exc:
+        raise ImportError(
+            f"distractors by embeddings need the synth extra ({exc}): pip install 'envreg[synth]', "
+            "or pass embed='tfidf'"
+        ) from None
+    return make_embedder(cache_dir=cache_dir).encode
 
 
 def rank_distractors(
-    env: str, catalog: dict[str, list[dict[str, Any]]], embed: Embed | None = None
+    env: str, catalog: dict[str, list[dict[str, Any]]], embed: Similarity = "graph"
 ) -> list[tuple[float, dict[str, Any]]]:
     """Other environments' tools, most similar to any of `env`'s tools first (same-name tools excluded)."""
     if env not in catalog:
@@ -104,10 +124,10 @@ def rank_distractors(
     if not others:
         return []
     texts = [tool_text(t) for t in own + others]
-    if embed is not None:
-        dense = [list(v) for v in embed(texts)]
-        mine, theirs = dense[: len(own)], dense[len(own) :]
-        scores = [max(_cosine(o, m) for m in mine) for o in theirs]
+    if embed != "tfidf":
+        if embed == "graph":
+            embed = graph_embed()
+        scores = _dense_scores(embed(texts), len(own))
     else:
         sparse = tfidf_vectors(texts)
         mine_s, theirs_s = sparse[: len(own)], sparse[len(own) :]
@@ -131,13 +151,13 @@ def augmentation_for(
     errors: float = 0.0,
     distractors: int = 0,
     catalog: dict[str, list[dict[str, Any]]] | None = None,
-    embed: Embed | None = None,
+    embed: Similarity = "graph",
     pool: int = 3,
 ) -> Augmentation:
     """A deterministic augmentation for one sandbox of `env`.
 
     `distractors` decoys are drawn (by the seed) from the `pool` * `distractors` most similar tools
-    of the other environments of `catalog` (default: ``manifests/``).
+    of the other environments of `catalog` (default: ``manifests/``), by `embed` (see the module).
     """
     decoys: list[dict[str, Any]] = []
     if distractors > 0:

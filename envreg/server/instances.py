@@ -6,15 +6,16 @@ import re
 import secrets
 from typing import Any
 
-from envreg.env import Environment, Instance
+from envreg.env import Environment, Instance, ToolResult
 from envreg.env.augment import Augmentation, Augmenter
+from envreg.errors import LimitReached
+from envreg.protocol import DEFAULT_INSTANCE
 
-DEFAULT_INSTANCE = "default"
 _INSTANCE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-class InstanceLimitReached(RuntimeError):
-    pass
+class InstanceLimitReached(LimitReached):
+    """The server holds its maximum number of instances."""
 
 
 class InstanceStore:
@@ -61,6 +62,36 @@ class InstanceStore:
     def delete(self, instance_id: str) -> bool:
         self._augmenters.pop(instance_id, None)
         return self._instances.pop(instance_id, None) is not None
+
+    def call_tool(self, instance_id: str, name: str, arguments: dict[str, Any] | None) -> ToolResult:
+        """Run one tool on an instance, through its augmentation when it has one.
+
+        Raises `KeyError` for an unknown instance and `UnknownToolError` for a tool it does not offer.
+        """
+        instance = self._instances[instance_id]
+        augmenter = self._augmenters.get(instance_id)
+        if augmenter is not None:
+            return augmenter.call(instance, name, arguments)
+        return instance.call_tool(name, arguments)
+
+    def list_tools(self, instance_id: str) -> list[dict[str, Any]]:
+        """The tools an instance offers in MCP wire form (with its augmentation's decoys, if any)."""
+        augmenter = self._augmenters.get(instance_id)
+        return augmenter.tools if augmenter is not None else self.env.list_tools()
+
+    def offers(self, instance_id: str, name: str) -> bool:
+        """Whether `name` is a tool of the instance (one of the environment's, or a decoy)."""
+        augmenter = self._augmenters.get(instance_id)
+        return name in self.env.tools or (augmenter is not None and name in augmenter.distractors)
+
+    def reset(self, instance_id: str) -> Instance:
+        """Back to the seed state; an augmentation starts a new label log. Raises `KeyError`."""
+        instance = self._instances[instance_id]
+        instance.reset()
+        augmenter = self._augmenters.get(instance_id)
+        if augmenter is not None:
+            augmenter.reset()
+        return instance
 
     def augmenter(self, instance_id: str) -> Augmenter | None:
         """The instance's augmentation, if one was set (see `envreg.env.augment`)."""

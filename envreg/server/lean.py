@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from envreg.protocol import MCP_VERSION as MODERN_VERSION
+from envreg.protocol import META_CLIENT_CAPABILITIES as CLIENT_CAPABILITIES_KEY
+from envreg.protocol import META_CLIENT_INFO as CLIENT_INFO_KEY
+from envreg.protocol import META_PROTOCOL_VERSION as PROTOCOL_VERSION_KEY
+from envreg.protocol import META_SERVER_INFO as SERVER_INFO_KEY
 from envreg.server.instances import InstanceStore
 
-MODERN_VERSION = "2026-07-28"
-PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
-CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
-CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
-SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
-
+_MODERN = MODERN_VERSION.encode()
 _ROUTING_HEADERS = (b"mcp-protocol-version", b"mcp-method", b"mcp-name")
 _CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
 _META_ONLY = frozenset({"_meta"})
@@ -79,7 +79,7 @@ class LeanPath:
             if key.startswith(b"mcp-param-"):
                 return None
             h[key] = value
-        if h.get(b"mcp-protocol-version") != b"2026-07-28":
+        if h.get(b"mcp-protocol-version") != _MODERN:
             return None
         if not h.get(b"content-type", b"").lower().startswith(b"application/json"):
             return None
@@ -114,9 +114,8 @@ class LeanPath:
         if params.keys() != _META_ONLY:
             return None
         if method == "tools/list":
-            augmenter = self.store.augmenter(instance_id)
-            if augmenter is not None:
-                return _envelope(rid, self._augmented_list(augmenter))
+            if self.store.augmenter(instance_id) is not None:
+                return _envelope(rid, self._listing(self.store.list_tools(instance_id)))
             return _envelope(rid, self._list_result)
         if method == "server/discover":
             return _envelope(rid, self._discover_result)
@@ -126,29 +125,24 @@ class LeanPath:
         name, arguments = params.get("name"), params.get("arguments")
         if type(name) is not str or not params.keys() <= _CALL_PARAMS:
             return None
-        augmenter = self.store.augmenter(instance_id)
-        if name not in self.tools and (augmenter is None or name not in augmenter.distractors):
+        if name not in self.tools and not self.store.offers(instance_id, name):
             return None
         if arguments is not None and type(arguments) is not dict:
             return None
         if h.get(b"mcp-name") != name.encode():
             return None
-        instance = self.store.get(instance_id)
-        if instance is None:
+        if instance_id not in self.store:
             return None
-        outcome = (
-            augmenter.call(instance, name, arguments) if augmenter else instance.call_tool(name, arguments)
-        )
-        result = outcome.to_mcp()
+        result = self.store.call_tool(instance_id, name, arguments).to_mcp()
         result["resultType"] = "complete"
         result["_meta"] = self.server_info
         return result
 
-    def _augmented_list(self, augmenter: Any) -> bytes:
+    def _listing(self, tools: list[dict[str, Any]]) -> bytes:
         result = {
             "cacheScope": "private",
             "resultType": "complete",
-            "tools": augmenter.tools,
+            "tools": tools,
             "ttlMs": 0,
             "_meta": self.server_info,
         }
