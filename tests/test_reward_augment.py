@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 import yaml
@@ -314,3 +315,50 @@ def test_a_distractor_call_reaches_both_paths(env_server) -> None:
             headers={**headers, "host": f"127.0.0.1:{server.port}"},
         )
         assert r.json()["result"]["isError"] is True
+
+
+def test_an_llm_rewrites_queries_and_the_oracle_still_answers_them() -> None:
+    from llm_standin import StandInLLM, text
+
+    from envreg.reward.augment import query_values, rewrite_queries
+    from envreg.synth.llm import LLMConfig
+
+    record = executed_trajectory("bank", "pay_new_payee_chain")
+    values = [v for c in record.calls for v in c.arguments.values() if isinstance(v, str) and len(v) > 3][:2]
+    record.turns[0].query = f"Please look up {values[0]} and then deal with {values[1]}."
+    assert query_values(record.turns[0].query, [c.arguments for c in record.calls]) == values
+
+    answers = {
+        "faithful": lambda body: text(
+            json.dumps({"query": f"Could you handle {values[1]}, after finding {values[0]}?"})
+        ),
+        "lossy": lambda body: text(json.dumps({"query": "Could you sort out my payments?"})),
+        "refusing": lambda body: text("I'm sorry, I can't help with that."),
+        "chatty": lambda body: text("Sure! Here is a rewrite: Could you do it?"),
+    }
+    outcomes = {}
+    for name, policy in answers.items():
+        with StandInLLM(policy) as llm:
+            rewritten = anyio.run(
+                rewrite_queries, record, LLMConfig(base_url=llm.base_url, model="standin", attempts=2)
+            )
+        outcomes[name] = rewritten.meta["augmentation_labels"]["queries"][0]
+        if name == "faithful":
+            assert rewritten.turns[0].query.startswith("Could you handle")
+            assert [c.model_dump() for c in rewritten.calls] == [c.model_dump() for c in record.calls]
+            calls = [c.model_dump() for c in rewritten.calls]
+
+            async def oracle(record, calls) -> float:
+                async with Runtime() as rt:
+                    return (await Scorer(rt).score(record, as_tool_call_tags(calls))).reward
+
+            assert anyio.run(oracle, rewritten, calls) == 1.0
+        else:
+            assert rewritten.turns[0].query == record.turns[0].query
+    assert outcomes["faithful"]["kind"] == "rewritten"
+    assert outcomes["lossy"]["kind"] == "kept" and "lost" in outcomes["lossy"]["reason"]
+    assert (
+        outcomes["refusing"]
+        == outcomes["chatty"]
+        == {"turn": 0, "kind": "kept", "reason": "no valid answer from the model"}
+    )

@@ -168,3 +168,69 @@ def augmentation_for(
     return Augmentation(
         seed=seed, formats=formats or ["json"], noise=noise, errors=errors, distractors=decoys
     )
+
+
+# query rewriting -------------------------------------------------------------------------------------
+REWRITE_SYSTEM = (
+    "You rewrite user requests to a tool-using assistant. Keep the meaning and every concrete value "
+    "(names, ids, emails, numbers, amounts, dates, times, places) exactly as written; change the wording, "
+    'the order and the tone. Answer with JSON only: {"query": "<the rewritten request>"}.'
+)
+
+
+def query_values(query: str, arguments: list[Any]) -> list[str]:
+    """The oracle's argument values that the query spells out: a rewrite must keep every one of them."""
+    found: list[str] = []
+
+    def visit(value: Any) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                visit(v)
+        elif isinstance(value, list):
+            for v in value:
+                visit(v)
+        elif not isinstance(value, bool) and isinstance(value, str | int | float):
+            text = json.dumps(value) if isinstance(value, int | float) else value
+            if len(text) >= 2 and text.lower() in query.lower() and text not in found:
+                found.append(text)
+
+    visit(arguments)
+    return found
+
+
+async def rewrite_queries(record: Any, llm: Any) -> Any:
+    """A copy of the `Trajectory` whose turns' queries an LLM rewrote, oracle preserved.
+
+    A rewrite is kept only when it still spells out every value of the turn's oracle calls that the
+    original query spelled out (`query_values`), so the same calls answer it; otherwise, or when the
+    model refuses or never answers the asked JSON, the original query stays. Each turn's outcome is
+    labelled in ``meta["augmentation_labels"]["queries"]``: ``rewritten``, or ``kept`` with the reason.
+    `llm` is an `envreg.synth.llm.LLMConfig` (any OpenAI-compatible endpoint).
+    """
+    from envreg.synth.llm import chat_json
+
+    def check(value: Any) -> None:
+        if (
+            not isinstance(value, dict)
+            or not isinstance(value.get("query"), str)
+            or not value["query"].strip()
+        ):
+            raise ValueError('expected {"query": "<text>"}')
+
+    out = record.model_copy(deep=True)
+    labels = []
+    for index, turn in enumerate(out.turns):
+        needed = query_values(turn.query, [c.arguments for c in turn.calls])
+        answer = await chat_json(llm, REWRITE_SYSTEM, f"Request: {turn.query}", check)
+        if answer is None:
+            labels.append({"turn": index, "kind": "kept", "reason": "no valid answer from the model"})
+            continue
+        rewritten = answer["query"].strip()
+        lost = [v for v in needed if v.lower() not in rewritten.lower()]
+        if lost:
+            labels.append({"turn": index, "kind": "kept", "reason": f"the rewrite lost {lost}"})
+            continue
+        labels.append({"turn": index, "kind": "rewritten", "original": turn.query})
+        turn.query = rewritten
+    out.meta.setdefault("augmentation_labels", {})["queries"] = labels
+    return out
