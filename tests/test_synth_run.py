@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from envreg.canonical import canonical_json, sha256_hex
 from envreg.cli.main import app
 from envreg.runtime import Runtime
+from envreg.runtime.snapshots import snapshot_address
 from envreg.synth.execute import Synthesizer
 from envreg.synth.export import export, read_trajectories
 from envreg.synth.records import Trajectory, split_function_name
@@ -109,7 +110,8 @@ def test_records_are_real_and_stamped(exported) -> None:
             assert env.manifest_digest == manifests_by_name()[env.name].digest
             assert env.image_digest is None, "local tier"
             assert t.initial_state_sha256[env.name] == sha256_hex(canonical_json(t.initial_states[env.name]))
-            assert t.snapshot_ids[env.name] == "sha256:" + t.initial_state_sha256[env.name]
+            address = snapshot_address(env.name, env.manifest_digest, t.initial_state_sha256[env.name])
+            assert t.snapshot_ids[env.name] == "sha256:" + address
             assert t.final_state_sha256[env.name] == sha256_hex(canonical_json(t.final_states[env.name]))
         for turn in t.turns:
             assert set(turn.states) == set(turn.state_sha256) == {e.name for e in t.envs}
