@@ -11,6 +11,7 @@ from envreg.cli import episode as episode_cmd
 from envreg.cli import importers as importers_cmd
 from envreg.cli import manifest as manifest_cmd
 from envreg.cli import registry as registry_cmd
+from envreg.cli import reward as reward_cmd
 from envreg.cli import runtime as runtime_cmd
 from envreg.cli import serve_env as serve_env_cmd
 from envreg.cli import synth as synth_cmd
@@ -31,6 +32,7 @@ importers_cmd.register(app)
 manifest_cmd.register(app)
 runtime_cmd.register(app)
 registry_cmd.register(app)
+reward_cmd.register(app)
 serve_env_cmd.register(app)
 synth_cmd.register(app)
 
