@@ -23,10 +23,10 @@ import json
 import math
 import re
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from xml.sax.saxutils import escape, quoteattr
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from envreg.env.tool import ToolResult
 from envreg.errors import UnknownToolError
@@ -43,11 +43,23 @@ ERROR_KINDS = {
 }
 NOISE_FIELDS = ("request_id", "trace_id", "latency_ms", "served_by", "api_version", "cache")
 
+DistractorTool = Annotated[
+    dict[str, Any],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "required": ["name", "inputSchema"],
+            "properties": {"name": {"type": "string"}, "inputSchema": {"type": "object"}},
+            "description": "An MCP tool definition (name, inputSchema, optional description).",
+        }
+    ),
+]
+
 
 class Augmentation(BaseModel):
     """What to apply to one instance; sent as JSON to ``PUT /instances/{id}/augmentation``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     seed: int = Field(default=0, description="Every choice derives from it: same seed, same augmentation.")
     formats: list[Format] = Field(
@@ -57,7 +69,7 @@ class Augmentation(BaseModel):
     errors: float = Field(
         default=0.0, ge=0, le=1, description="Probability that a call's first attempt fails transiently."
     )
-    distractors: list[dict[str, Any]] = Field(
+    distractors: list[DistractorTool] = Field(
         default_factory=list, description="MCP tool definitions from other environments, listed as decoys."
     )
 

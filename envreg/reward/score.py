@@ -20,7 +20,7 @@ import math
 from collections import defaultdict
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from envreg.env import Environment, EnvironmentNotFound, UnknownToolError, load_environment
 from envreg.env.augment import Augmentation
@@ -35,6 +35,8 @@ BAD_ARGUMENTS = "Invalid arguments for tool"
 
 class ScoreOptions(BaseModel):
     """Weights and matching rules."""
+
+    model_config = ConfigDict(strict=True)  # `true` is not a tolerance
 
     alpha: float = Field(default=0.5, ge=0, le=1, description="Weight of R_traj; R_state gets 1 - alpha.")
     gamma: float = Field(default=0.1, ge=0, description="Weight of the length penalty.")

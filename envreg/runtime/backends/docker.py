@@ -285,14 +285,23 @@ class DockerBackend(Backend):
     def _close(self) -> None:
         import docker.errors
 
-        for container in self.client.containers.list(
-            all=True, filters={"label": f"{RUNTIME_LABEL}={self.runtime_id}"}
-        ):
-            with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True)
         if self.keeper is not None:
             self.keeper.close()
-        with contextlib.suppress(docker.errors.NotFound):
-            remove_network(self.network)
+        # a start still running in a worker thread can attach a container after the listing: sweep again
+        for attempt in range(20):
+            for container in self.client.containers.list(
+                all=True, filters={"label": f"{RUNTIME_LABEL}={self.runtime_id}"}
+            ):
+                with contextlib.suppress(docker.errors.NotFound):
+                    container.remove(force=True)
+            try:
+                remove_network(self.network)
+                break
+            except docker.errors.NotFound:
+                break
+            except docker.errors.APIError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.5)
         self.client.close()
         self.client = None
