@@ -1,6 +1,7 @@
 """Authoring SDK: define an environment's state model and tools."""
 
 from envreg.env.environment import Environment, Instance
+from envreg.env.limits import Limits
 from envreg.env.loader import EnvironmentNotFound, load_environment
 from envreg.env.lookup import lookup
 from envreg.env.scenario import RejectedState, Scenario, Step, load_scenarios, states_equal
@@ -12,6 +13,7 @@ __all__ = [
     "Environment",
     "EnvironmentNotFound",
     "Instance",
+    "Limits",
     "RejectedState",
     "Scenario",
     "Step",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -11,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from envreg.images.base import BaseLock
-from envreg.images.paths import Paths
+from envreg.images.paths import ImageBuildError, Paths
 from envreg.images.wheels import build_envreg_wheel, fetch_wheelhouse
+from envreg.source import file_sha256, source_differences, source_files, summarize
 
 BASE_REPO = "envreg/base"
 IMAGE_PREFIX = "envreg/"
@@ -57,18 +59,23 @@ def stage_base(p: Paths, epoch: int) -> Path:
     return dst
 
 
-_ENV_IGNORE = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
-
-
 def stage_env(p: Paths, name: str, folder: Path, manifest: Path, epoch: int) -> Path:
-    """`.cache/bake/env/<name>/`: Dockerfile, env/ (the environment folder) and manifest.json."""
-    files: dict[str, bytes | Path] = {"Dockerfile": p.base_dir / "env.Dockerfile", "manifest.json": manifest}
-    for f in sorted(folder.rglob("*")):
-        rel = f.relative_to(folder)
-        if f.is_file() and not any(part in _ENV_IGNORE or part.endswith(".pyc") for part in rel.parts):
-            files[f"env/{rel}"] = f
+    """`.cache/bake/env/<name>/`: Dockerfile, env/ (the environment's source files, `envreg.source`) and
+    manifest.json. Refuses when the files are not the ones the manifest's `source_files` lists."""
+    files = source_files(folder)
+    contents = {rel: f.read_bytes() for rel, f in files.items()}
+    listed = json.loads(manifest.read_text()).get("source_files", {})
+    differences = source_differences(listed, {rel: file_sha256(data) for rel, data in contents.items()})
+    if differences:
+        raise ImageBuildError(
+            f"{name}: the environment folder {folder} is not what {manifest} lists ({summarize(differences)}); "
+            f"regenerate the manifest with `envreg manifest {name}`"
+        )
+    staged: dict[str, bytes | Path] = {"Dockerfile": p.base_dir / "env.Dockerfile", "manifest.json": manifest}
+    for rel, data in contents.items():
+        staged[f"env/{rel}"] = data
     dst = p.stage / "env" / name
-    _sync_dir(dst, files, epoch)
+    _sync_dir(dst, staged, epoch)
     return dst
 
 

@@ -1,7 +1,9 @@
-"""Resolve an environment reference to a local image ID: through the local index, else by label."""
+"""Resolve an environment reference to a local image ID (through the local index, else by label), and check
+the image's environment code against its manifest once per image ID and process."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import docker.errors
@@ -11,13 +13,29 @@ from envreg.runtime.errors import EngineError, ImageNotFound
 NAME_LABEL = "io.envreg.name"
 VERSION_LABEL = "io.envreg.version"
 
+_verified: set[str] = set()
+_verify_lock = threading.Lock()
+
 
 def resolve_image(client: Any, ref: str) -> str:
     """``name`` (newest), ``name:version``, ``name@sha256:...`` or an image reference -> image ID.
 
     Names resolve through the local index (`envreg build`, `pull` and `load` write it); a name the
-    index does not know falls back to the newest local image labelled ``io.envreg.name``.
+    index does not know falls back to the newest local image labelled ``io.envreg.name``. The image's
+    ``/env`` must be the code its manifest records (read without running it, once per image ID and
+    process); otherwise `envreg.registry.VerificationError` names the files that differ.
     """
+    image_id = _resolve(client, ref)
+    with _verify_lock:
+        if image_id not in _verified:
+            from envreg.registry.engine import verify_image_source
+
+            verify_image_source(client, image_id, ref if ref != image_id else None)
+            _verified.add(image_id)
+    return image_id
+
+
+def _resolve(client: Any, ref: str) -> str:
     if "/" in ref:
         try:
             return client.images.get(ref).id
