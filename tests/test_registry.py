@@ -231,7 +231,7 @@ async def test_build_push_remove_pull_by_digest_run(registry, derived, container
     assert _present(image_id)
     # the pulled image keeps the registry's name; the shared local tag is not touched unless asked
     registry_name = f"{registry.address}/envreg/calendar:1.0.0"
-    assert rec.local_ref == registry_name and f"as {registry_name}" in proc.stdout
+    assert rec.local_ref == registry_name and f"as {registry_name}" in " ".join(proc.stdout.split())
     tags = engine.api.inspect_image(image_id)["RepoTags"]
     assert registry_name in tags and f"{PREFIX}calendar:1.0.0" not in tags
 

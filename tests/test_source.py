@@ -102,3 +102,31 @@ def test_bytecode_beside_env_py_is_never_run(calendar_copy: Path) -> None:
     env_py.write_text(original)
     env = load_environment(calendar_copy)
     assert env.description.startswith("A personal calendar: "), "the bytecode cache was run instead of env.py"
+
+
+def test_a_same_size_edit_gets_a_new_mtime_so_buildkit_sends_it_again(
+    calendar_copy: Path, tmp_path: Path
+) -> None:
+    """BuildKit re-sends a context file only when its size or mtime changed."""
+    from envreg.images.bake import content_mtime
+
+    paths = Paths(tmp_path / "checkout")
+    paths.base_dir.mkdir(parents=True)
+    shutil.copy(ROOT / "images" / "base" / "env.Dockerfile", paths.base_dir / "env.Dockerfile")
+    out = tmp_path / "manifests"
+    path, _, _ = write_manifest(load_environment(calendar_copy), out)
+    staged = stage_env(paths, "calendar", calendar_copy, path, epoch=86400)
+    before = {p: (p.stat().st_size, p.stat().st_mtime) for p in staged.rglob("*") if p.is_file()}
+
+    env_py = calendar_copy / "env.py"
+    text = env_py.read_text()
+    env_py.write_text(text.replace("calendar", "calendaR", 1))  # same size, other code
+    _load.cache_clear()
+    write_manifest(load_environment(calendar_copy), out)
+    staged = stage_env(paths, "calendar", calendar_copy, path, epoch=86400)
+    for name in ("env/env.py", "manifest.json"):
+        f = staged / name
+        size, mtime = before[f]
+        assert f.stat().st_size == size, "the edit kept the size"
+        assert f.stat().st_mtime != mtime and f.stat().st_mtime == content_mtime(f.read_bytes(), 86400)
+    assert (staged / "env" / "seed.json").stat().st_mtime == before[staged / "env" / "seed.json"][1]

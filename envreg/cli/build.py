@@ -72,7 +72,7 @@ def _would_move(image: Any) -> str | None:
     if label == image.manifest_digest:
         return None
     return (
-        f"{image.tag} is already image {current['Id'].removeprefix('sha256:')[:12]} with manifest "
+        f"{image.name}: {image.tag} is already image {current['Id'].removeprefix('sha256:')[:12]} with manifest "
         f"{label.removeprefix('sha256:')[:12] or '(none)'}, and this build's manifest is "
         f"{image.manifest_digest.removeprefix('sha256:')[:12]}: a version names one environment. Bump the "
         f"version (Environment({image.name!r}, ..., version=...)), or pass --force to move the tag "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import subprocess
@@ -21,8 +22,18 @@ IMAGE_PREFIX = "envreg/"
 VENV = "/opt/envreg"
 
 
+def content_mtime(data: bytes, epoch: int) -> int:
+    """A file's staged mtime: `epoch` plus up to 194 days drawn from its content.
+
+    BuildKit sends a context file again only when its size or mtime changed: with one fixed mtime, an
+    edit that keeps the size (a digest in a manifest, a renamed identifier) would build the old bytes.
+    Drawn from the content, the mtime changes with it and stays reproducible."""
+    return epoch + int.from_bytes(hashlib.sha256(data).digest()[:3], "big")
+
+
 def _sync_dir(dst: Path, files: dict[str, bytes | Path], epoch: int) -> None:
-    """Make `dst` hold exactly `files` (relative path -> bytes or source file), mtimes fixed to `epoch`."""
+    """Make `dst` hold exactly `files` (relative path -> bytes or source file); folders get the mtime
+    `epoch`, files `content_mtime`."""
     wanted = set(files)
     if dst.exists():
         for f in sorted(dst.rglob("*"), reverse=True):
@@ -31,6 +42,7 @@ def _sync_dir(dst: Path, files: dict[str, bytes | Path], epoch: int) -> None:
                 f.unlink()
             elif f.is_dir() and not any(f.iterdir()):
                 f.rmdir()
+    mtimes: dict[Path, int] = {}
     for rel, src in files.items():
         target = dst / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -39,8 +51,10 @@ def _sync_dir(dst: Path, files: dict[str, bytes | Path], epoch: int) -> None:
             target.write_bytes(data)
         mode = (src.stat().st_mode & 0o777) if isinstance(src, Path) else 0o644
         os.chmod(target, mode | 0o444)
+        mtimes[target] = content_mtime(data, epoch)
     for f in [dst, *dst.rglob("*")]:
-        os.utime(f, (epoch, epoch), follow_symlinks=False)
+        mtime = mtimes.get(f, epoch)
+        os.utime(f, (mtime, mtime), follow_symlinks=False)
 
 
 def stage_base(p: Paths, epoch: int) -> Path:

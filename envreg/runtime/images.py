@@ -77,4 +77,9 @@ def _newest_labelled(client: Any, ref: str) -> str:
         raise ImageNotFound(
             f"no environment image for {ref!r}: build it with `envreg build {name}` or pull it with `envreg pull {ref}`"
         )
-    return max(images, key=lambda i: i.attrs.get("Created", "")).id
+    # `envreg build`'s own tag (envreg/<name>:...) first: an untagged image left by an earlier build may
+    # carry a later creation time (images are stamped with their commit's time)
+    from envreg.registry.refs import local_repo
+
+    own = f"{local_repo(name)}:"
+    return max(images, key=lambda i: (any(t.startswith(own) for t in i.tags), i.attrs.get("Created", ""))).id
