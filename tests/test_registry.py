@@ -375,6 +375,7 @@ def test_search_by_tool_name_and_inspect(registry, derived, tmp_path: Path, monk
 
     shown = _cli("inspect", "calendar", "--registry", registry.address).stdout
     assert all(t in shown for t in calendar_tools) and "state schema" in shown
+    assert "limits: state 8,388,608 bytes, arguments 262,144 bytes per call" in shown, shown
 
     # locally, after a pull
     transfer.pull("calendar", registry.address)

@@ -304,6 +304,10 @@ def inspect(
         f"  runtime: agent port {rt.agent_port}, control port {rt.control_port}, user {rt.user}, "
         f"network {rt.network}"
     )
+    out.print(
+        f"  limits: state {rt.limits.max_state_bytes:,} bytes, arguments {rt.limits.max_argument_bytes:,} "
+        f"bytes per call; source {_short(manifest.digests.source)} ({len(manifest.source_files)} files)"
+    )
     tools = Table(title=f"tools ({len(manifest.tools)})", box=None, pad_edge=False, title_justify="left")
     tools.add_column("TOOL", no_wrap=True)
     for col in ("ARGUMENTS", "HINTS", "DESCRIPTION"):
