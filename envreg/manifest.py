@@ -11,11 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from envreg.canonical import digest
 from envreg.env import Environment, Limits, load_scenarios
 from envreg.env.schema import json_schema
+from envreg.protocol import AGENT_PORT, CONTROL_PORT
 from envreg.source import source_digest, source_hashes
 
 MANIFEST_SCHEMA_VERSION = 2
-AGENT_PORT = 8000
-CONTROL_PORT = 8001
 
 
 class ToolSpec(BaseModel):

@@ -37,7 +37,7 @@ def errors() -> Iterator[None]:
     try:
         yield
     except RegistryError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        err.print(f"[red]error:[/] {escape(exc.message)}", soft_wrap=True)
         if exc.hint:
             err.print(f"[dim]hint:[/] {escape(exc.hint)}", soft_wrap=True)
         raise typer.Exit(1) from None

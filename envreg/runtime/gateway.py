@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import hmac
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
 import httpx2
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from envreg.runtime.docker_backend import AGENT_PORT
-from envreg.runtime.sandbox import RemoteSandbox, Sandbox
+from envreg.protocol import GATEWAY_PREFIX
+from envreg.runtime.backends.base import Upstream
+from envreg.runtime.sandbox import Sandbox
 from envreg.runtime.upstream import UpstreamError, UpstreamPool
-from envreg.server.http import BodyTooLarge, read_body, send_json
+from envreg.server.http import BodyTooLarge, bearer_matches, read_body, send_json
 
 _HOP_BY_HOP = {
     b"connection",
@@ -27,7 +27,7 @@ _HOP_BY_HOP = {
 }
 _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"authorization", b"content-length"}
 _NOT_RELAYED = _HOP_BY_HOP | {b"date", b"server"}  # uvicorn sets its own
-PREFIX = "/sandboxes/"
+PREFIX = GATEWAY_PREFIX
 
 
 def sandbox_id_from_path(path: str) -> str | None:
@@ -53,15 +53,15 @@ class Gateway:
             return
         sandbox_id = sandbox_id_from_path(scope["path"])
         sandbox = self.lookup(sandbox_id) if sandbox_id else None
-        if sandbox is None or sandbox.ended is not None or not isinstance(sandbox, RemoteSandbox):
+        upstream = sandbox.upstream if sandbox is not None and sandbox.ended is None else None
+        if sandbox is None or upstream is None:
             what = f"sandbox {sandbox_id!r}" if sandbox_id else scope["path"]
             reason = sandbox.ended if sandbox is not None and sandbox.ended else "unknown or ended"
             await send_json(
                 send, 404, {"error": f"no {what}: {reason}; MCP endpoints are /sandboxes/<id>/mcp"}
             )
             return
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if not hmac.compare_digest(given, f"Bearer {sandbox.token}".encode()):
+        if not sandbox.token or not bearer_matches(scope, sandbox.token):
             await send(
                 {
                     "type": "http.response.start",
@@ -77,18 +77,21 @@ class Gateway:
             await send_json(send, 413, {"error": f"request body over the {self.max_body} byte limit"})
             return
         headers = [(k, v) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
+        if upstream.token:
+            headers.append((b"authorization", f"Bearer {upstream.token}".encode()))
         query = f"?{scope['query_string'].decode()}" if scope.get("query_string") else ""
         if scope["method"] == "POST":
-            await self._post(sandbox, sandbox.path + query, headers, body, send)
+            await self._post(sandbox, upstream, upstream.path + query, headers, body, send)
         else:
-            await self._stream(sandbox, scope["method"], sandbox.upstream_url + query, headers, body, send)
+            url = f"http://{upstream.host}:{upstream.port}{upstream.path}{query}"
+            await self._stream(sandbox, scope["method"], url, headers, body, send)
 
     async def _post(
-        self, sandbox: RemoteSandbox, target: str, headers: list, body: bytes, send: Send
+        self, sandbox: Sandbox, upstream: Upstream, target: str, headers: list, body: bytes, send: Send
     ) -> None:
         """The hot path: one MCP message over a pooled keep-alive connection."""
         try:
-            key = (sandbox.container.id, sandbox.container.ip, AGENT_PORT)
+            key = (upstream.server_id, upstream.host, upstream.port)
             response = await self.upstream.post(key, target, headers, body)
         except (UpstreamError, OSError) as exc:
             await send_json(send, 502, {"error": f"sandbox {sandbox.id} did not answer: {exc}"})
@@ -99,7 +102,7 @@ class Gateway:
             await response.body.aclose()
 
     async def _stream(
-        self, sandbox: RemoteSandbox, method: str, url: str, headers: list, body: bytes, send: Send
+        self, sandbox: Sandbox, method: str, url: str, headers: list, body: bytes, send: Send
     ) -> None:
         """Everything else (the session era's GET stream, DELETE) through the general client."""
         request = self.http.build_request(method, url, headers=headers, content=body)
