@@ -39,7 +39,7 @@ async def test_megabyte_arguments_do_not_take_down_a_shared_container() -> None:
     async with Runtime() as rt:
         sandboxes = [await rt.sandbox("calendar", isolation="instance") for _ in range(4)]
         attacker = sandboxes[0]
-        neighbours = [sb for sb in sandboxes[1:] if sb.container.id == attacker.container.id]
+        neighbours = [sb for sb in sandboxes[1:] if sb.server.id == attacker.server.id]
         assert neighbours, "the instance tier holds several sandboxes in one container"
         before = await attacker.state_sha256()
         payload = "x" * (3 * 1024 * 1024)
@@ -67,7 +67,7 @@ async def test_megabyte_arguments_do_not_take_down_a_shared_container() -> None:
         for text in answers:
             assert "max_argument_bytes" in text and "262,144 bytes" in text, text[:300]
             assert len(text) < 1000, "the oversized argument is not echoed back"
-        container = docker.from_env().containers.get(attacker.container.id)
+        container = docker.from_env().containers.get(attacker.server.id)
         assert container.status == "running" and not container.attrs["State"]["OOMKilled"]
         assert container.attrs["RestartCount"] == 0
         assert await attacker.state_sha256() == before, "refused calls changed nothing"
