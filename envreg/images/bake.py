@@ -75,7 +75,8 @@ def stage_base(p: Paths, epoch: int) -> Path:
 
 def stage_env(p: Paths, name: str, folder: Path, manifest: Path, epoch: int) -> Path:
     """`.cache/bake/env/<name>/`: Dockerfile, env/ (the environment's source files, `envreg.source`) and
-    manifest.json. Refuses when the files are not the ones the manifest's `source_files` lists."""
+    manifest.json, plus wheels/ with the wheels of the folder's own requirements.lock when it has one (e.g.
+    bfcl-eval for bfcl-*). Refuses when the files are not the ones the manifest's `source_files` lists."""
     files = source_files(folder)
     contents = {rel: f.read_bytes() for rel, f in files.items()}
     listed = json.loads(manifest.read_text()).get("source_files", {})
@@ -86,6 +87,9 @@ def stage_env(p: Paths, name: str, folder: Path, manifest: Path, epoch: int) -> 
             f"regenerate the manifest with `envreg manifest {name}`"
         )
     staged: dict[str, bytes | Path] = {"Dockerfile": p.base_dir / "env.Dockerfile", "manifest.json": manifest}
+    if (folder / "requirements.lock").is_file():
+        for wheel in fetch_wheelhouse(p, folder / "requirements.lock").values():
+            staged[f"wheels/{wheel.name}"] = wheel
     for rel, data in contents.items():
         staged[f"env/{rel}"] = data
     dst = p.stage / "env" / name
