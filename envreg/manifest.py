@@ -9,10 +9,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from envreg.canonical import digest
-from envreg.env import Environment, load_scenarios
+from envreg.env import Environment, Limits, load_scenarios
+from envreg.env.schema import json_schema
 from envreg.protocol import AGENT_PORT, CONTROL_PORT
+from envreg.source import source_digest, source_hashes
 
-MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_SCHEMA_VERSION = 2
 
 
 class ToolSpec(BaseModel):
@@ -37,12 +39,18 @@ class RuntimeFacts(BaseModel):
         default="none", description="Egress the environment needs: 'none' for every verified one."
     )
     agent_path: str = "/i/{instance}/mcp"
+    limits: Limits = Field(
+        default_factory=Limits, description="Size limits every instance enforces (declared in code)."
+    )
 
 
 class Digests(BaseModel):
     tools: str
     state_schema: str
     seed: str
+    source: str = Field(
+        default="", description="sha256 over the environment folder as shipped (see `source_files`)."
+    )
     manifest: str = ""
 
 
@@ -60,6 +68,10 @@ class Manifest(BaseModel):
     scenarios: int
     rejected_states: int
     runtime: RuntimeFacts = Field(default_factory=RuntimeFacts)
+    source_files: dict[str, str] = Field(
+        default_factory=dict,
+        description="Every file of the environment folder as shipped in /env: relative path -> sha256 (hex).",
+    )
     digests: Digests
 
     @property
@@ -80,7 +92,18 @@ class Manifest(BaseModel):
         return digest(data)
 
     def verify(self) -> None:
-        """Raise `ValueError` when the recorded manifest digest does not match the content."""
+        """Raise `ValueError` when the manifest is not self-consistent: its recorded digests do not match
+        its content, or it comes from another manifest format."""
+        if self.schema_version != MANIFEST_SCHEMA_VERSION:
+            raise ValueError(
+                f"manifest {self.ref} has format version {self.schema_version}, this envreg reads "
+                f"{MANIFEST_SCHEMA_VERSION}: regenerate it with `envreg manifest {self.name}` and rebuild the image"
+            )
+        if source_digest(self.source_files) != self.digests.source:
+            raise ValueError(
+                f"manifest {self.ref}: digests.source {self.digests.source or '(none)'} does not match its "
+                f"source_files; regenerate it with `envreg manifest {self.name}`"
+            )
         if self.body_digest() != self.digests.manifest:
             raise ValueError(
                 f"manifest {self.ref}: recorded digest {self.digests.manifest} does not match its content "
@@ -99,8 +122,9 @@ class Manifest(BaseModel):
 def build_manifest(env: Environment) -> Manifest:
     """Generate the manifest of an environment from its code, seed and scenarios."""
     tools = [ToolSpec.model_validate(t) for t in env.list_tools()]
-    state_schema = env.state_model.model_json_schema()
+    state_schema = json_schema(env.state_model)
     scenarios, rejected = load_scenarios(env.folder) if env.folder else ([], [])
+    files = source_hashes(env.folder) if env.folder else {}
     manifest = Manifest(
         name=env.name,
         version=env.version,
@@ -111,10 +135,13 @@ def build_manifest(env: Environment) -> Manifest:
         volatile=list(env.volatile),
         scenarios=len(scenarios),
         rejected_states=len(rejected),
+        runtime=RuntimeFacts(limits=env.limits),
+        source_files=files,
         digests=Digests(
             tools=digest([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]),
             state_schema=digest(state_schema),
             seed=digest(env.initial_state().to_json()),
+            source=source_digest(files),
         ),
     )
     manifest.digests.manifest = manifest.body_digest()
@@ -138,11 +165,11 @@ def check_manifest(env: Environment, out_dir: Path = Path("manifests")) -> str |
     if committed.digests.manifest != fresh.digests.manifest or committed.dumps() != fresh.dumps():
         changed = [
             k
-            for k in ("tools", "state_schema", "seed")
+            for k in ("tools", "state_schema", "seed", "source")
             if getattr(committed.digests, k) != getattr(fresh.digests, k)
         ]
-        what = ", ".join(changed) if changed else "metadata"
-        return f"{path} is stale ({what} changed): {committed.digests.manifest} -> {fresh.digests.manifest}"
+        what = ", ".join(f"{k} changed" for k in changed) if changed else "metadata changed"
+        return f"{path} is stale ({what}): {committed.digests.manifest} -> {fresh.digests.manifest}"
     return None
 
 

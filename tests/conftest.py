@@ -60,6 +60,8 @@ def docker_engine() -> None:
 def reference_images(docker_engine) -> dict[str, dict]:
     """The reference environment images, built once per session (a no-op when they are current).
 
+    `--force`: the tests run this checkout's code, so its images replace whatever another checkout built
+    under the same envreg/<name>:<version> tags on a shared engine.
     ENVREG_TEST_SKIP_BUILD=1 uses the images already in the engine, as they are.
     """
     import json
@@ -69,7 +71,7 @@ def reference_images(docker_engine) -> dict[str, dict]:
         return {}
 
     proc = subprocess.run(
-        [sys.executable, "-m", "envreg.cli.main", "build", "--json", *REFERENCE_ENVS],
+        [sys.executable, "-m", "envreg.cli.main", "build", "--json", "--force", *REFERENCE_ENVS],
         cwd=ROOT,
         capture_output=True,
         text=True,

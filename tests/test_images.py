@@ -202,6 +202,26 @@ def test_images_are_labelled_and_pinned(reference_images) -> None:
 
 
 @pytest.mark.docker
+def test_images_ship_exactly_the_source_their_manifest_records(reference_images) -> None:
+    import docker
+
+    from envreg.registry.engine import verify_image_source
+
+    client = docker.from_env()
+    for name in REFERENCE_ENVS:
+        tag = reference_images[name]["tag"]
+        manifest = verify_image_source(client, tag)
+        assert (
+            manifest.source_files
+            == json.loads((ROOT / "manifests" / f"{name}.json").read_text())["source_files"]
+        )
+        listed = _docker("run", "--rm", "--entrypoint", "find", tag, "/env", "-type", "f").stdout.split()
+        assert sorted(listed) == sorted(
+            [f"/env/{rel}" for rel in manifest.source_files] + ["/env/manifest.json"]
+        )
+
+
+@pytest.mark.docker
 @pytest.mark.anyio
 @pytest.mark.parametrize("name", REFERENCE_ENVS)
 async def test_container_serves_the_manifest_tools_and_passes_scenarios(name, container) -> None:
@@ -350,3 +370,37 @@ def test_broken_environment_is_refused(docker_engine, tmp_path: Path) -> None:
     )
     assert proc.returncode == 1 and "does not load" in proc.stderr and "boom" in proc.stderr, proc.stderr
     assert _docker("images", "-q", f"envreg/{name}").stdout.strip() == ""
+
+
+@pytest.mark.docker
+def test_build_does_not_move_a_version_tag_to_other_code(docker_engine, tmp_path: Path) -> None:
+    name, images, manifests = _scratch_env(tmp_path)
+    env = {"ENVREG_IMAGES": str(images), "ENVREG_MANIFESTS": str(manifests)}
+    tag = f"envreg/{name}:1.0.0"
+    made: list[str] = []
+
+    def build(*args: str) -> str:
+        rows = json.loads(_envreg_build(name, *args, env=env).stdout)
+        made.append(next(r["image_id"] for r in rows if r["name"] == name))
+        return made[-1]
+
+    try:
+        first = build()
+        assert _image_id(tag) == first
+        assert build() == first, "the same code rebuilds under its tag"
+
+        env_py = images / name / "env.py"
+        env_py.write_text(env_py.read_text() + "\n# other code, same version\n")
+        proc = _envreg_build(name, env=env, check=False)
+        assert proc.returncode == 1, proc.stdout
+        said = " ".join(proc.stderr.split())
+        assert f"refused: {name}: {tag} is already image {first.removeprefix('sha256:')[:12]}" in said, said
+        assert "Bump the version" in said and "pass --force to move the tag" in said, said
+        assert "nothing was built or tagged" in said
+        assert _image_id(tag) == first, "the tag still names what it named"
+
+        forced = build("--force")
+        assert forced != first and _image_id(tag) == forced
+    finally:
+        for ref in (tag, f"envreg/{name}:latest", *made):
+            _docker("rmi", "-f", ref, check=False)

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 import uuid
 from pathlib import Path
@@ -228,6 +229,11 @@ async def test_build_push_remove_pull_by_digest_run(registry, derived, container
     rec = index.resolve(f"calendar@{image_id}")
     assert (rec.image_id, rec.source, rec.manifest_digest) == (image_id, "pulled", built.manifest_digest)
     assert _present(image_id)
+    # the pulled image keeps the registry's name; the shared local tag is not touched unless asked
+    registry_name = f"{registry.address}/envreg/calendar:1.0.0"
+    assert rec.local_ref == registry_name and f"as {registry_name}" in " ".join(proc.stdout.split())
+    tags = engine.api.inspect_image(image_id)["RepoTags"]
+    assert registry_name in tags and f"{PREFIX}calendar:1.0.0" not in tags
 
     # pulling again transfers nothing (no blob GET at the registry)
     mark = registry.log_mark()
@@ -239,6 +245,64 @@ async def test_build_push_remove_pull_by_digest_run(registry, derived, container
     is_error, text, tools = await _call_tool(agent, "list_calendars", {})
     assert not is_error, text
     assert "cal_" in text and "list_calendars" in tools
+
+    # --tag: asked for, the shared tag names the pulled image too
+    proc = _cli("pull", "calendar:1.0.0", "--registry", registry.address, "--tag")
+    assert f"{PREFIX}calendar:1.0.0" in engine.api.inspect_image(image_id)["RepoTags"]
+    assert index.resolve("calendar").local_ref == f"{PREFIX}calendar:1.0.0"
+
+
+def _with_edited_code(client, base: str, tag: str) -> str:
+    """An image `FROM base` whose /env/env.py is edited; labels and /env/manifest.json stay as they are."""
+    source = Path("images/calendar/env.py").read_text()
+    edited = source.replace("def list_calendars(", "def list_calendars(  # patched\n", 1).encode()
+    assert edited != source.encode()
+    dockerfile = f"FROM {base}\nCOPY env.py /env/env.py\n".encode()
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in (("Dockerfile", dockerfile), ("env.py", edited)):
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+    context.seek(0)
+    image, _ = client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True)
+    return image.id
+
+
+@pytest.mark.anyio
+async def test_edited_environment_code_is_refused_by_pull_and_by_the_runtime(
+    registry, derived, engine
+) -> None:
+    from envreg.registry import VerificationError, index, transfer
+    from envreg.runtime import Runtime
+
+    good = derived("calendar")
+    index.record_image(good, "built")
+    transfer.push("calendar", registry.address)
+    before = [r.to_json() for r in index.list_records()]
+
+    tampered = _with_edited_code(engine, good, f"{PREFIX}tampered-code:1")
+    try:
+        labels = engine.api.inspect_image(tampered)["Config"]["Labels"]
+        assert labels == engine.api.inspect_image(good)["Config"]["Labels"], "labels unchanged"
+
+        # the runtime refuses to start it, without running it
+        async with Runtime() as rt:
+            with pytest.raises(VerificationError, match=r"/env/env.py was changed") as info:
+                await rt.sandbox(f"{PREFIX}tampered-code:1", isolation="container")
+            assert "altered after it was built" in str(info.value)
+        assert not engine.containers.list(all=True, filters={"ancestor": tampered})
+
+        # published under the environment's own tag: `envreg pull --replace` refuses it and removes it
+        _engine_push(engine, tampered, f"{registry.address}/envreg/calendar", "1.0.0")
+    finally:
+        _remove(engine, tampered)
+    proc = _cli("pull", "calendar:1.0.0", "--registry", registry.address, "--replace", check=False)
+    assert proc.returncode == 1, proc.stdout
+    assert "error:" in proc.stderr and "/env/env.py was changed" in proc.stderr, proc.stderr
+    assert "hint:" in proc.stderr
+    assert [r.to_json() for r in index.list_records()] == before
+    assert not _present(tampered), "a refused pull must not leave the image behind"
 
 
 def test_moved_tag_and_altered_manifest_label_are_refused(registry, derived, engine) -> None:
@@ -311,6 +375,7 @@ def test_search_by_tool_name_and_inspect(registry, derived, tmp_path: Path, monk
 
     shown = _cli("inspect", "calendar", "--registry", registry.address).stdout
     assert all(t in shown for t in calendar_tools) and "state schema" in shown
+    assert "limits: state 8,388,608 bytes, arguments 262,144 bytes per call" in shown, shown
 
     # locally, after a pull
     transfer.pull("calendar", registry.address)

@@ -63,6 +63,23 @@ def _inspect(ref: str) -> dict[str, Any] | None:
     return json.loads(proc.stdout)[0] if proc.returncode == 0 else None
 
 
+def _would_move(image: Any) -> str | None:
+    """Why building `image` would silently change what its tag runs, or None when it would not."""
+    current = _inspect(image.tag)
+    if current is None:
+        return None
+    label = (current["Config"].get("Labels") or {}).get("io.envreg.manifest.digest", "")
+    if label == image.manifest_digest:
+        return None
+    return (
+        f"{image.name}: {image.tag} is already image {current['Id'].removeprefix('sha256:')[:12]} with manifest "
+        f"{label.removeprefix('sha256:')[:12] or '(none)'}, and this build's manifest is "
+        f"{image.manifest_digest.removeprefix('sha256:')[:12]}: a version names one environment. Bump the "
+        f"version (Environment({image.name!r}, ..., version=...)), or pass --force to move the tag "
+        "(other users of this engine then run the new image)"
+    )
+
+
 def build(
     names: Annotated[
         list[str] | None,
@@ -96,8 +113,18 @@ def build(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the result as JSON instead of a table.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Move an existing envreg/<name>:<version> tag even when it names an image of other code.",
+        ),
+    ] = False,
 ) -> None:
-    """Build envreg/base and the environment images (envreg/<name>:<version>) with docker buildx bake."""
+    """Build envreg/base and the environment images (envreg/<name>:<version>) with docker buildx bake.
+
+    A version names one environment: an existing envreg/<name>:<version> whose manifest digest differs
+    from the new build's is not moved (bump the version), unless --force."""
     from envreg.docker_engine import EngineUnavailable, require_engine
     from envreg.env import load_environment
     from envreg.env.loader import known_names
@@ -158,7 +185,11 @@ def build(
             err.print(f"[yellow]regenerated[/] {path}: {problem}")
         m = Manifest.loads(path.read_text())
         m.verify()
-        envs.append((EnvImage(env.name, env.version, env.description, m.digests.manifest), env.folder, path))
+        image = EnvImage(env.name, env.version, env.description, m.digests.manifest)
+        if not force and (moved := _would_move(image)):
+            refused.append(moved)
+            continue
+        envs.append((image, env.folder, path))
     if refused:
         for r in refused:
             err.print(f"[red]refused:[/] {r}")

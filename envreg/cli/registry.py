@@ -37,7 +37,7 @@ def errors() -> Iterator[None]:
     try:
         yield
     except RegistryError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        err.print(f"[red]error:[/] {escape(exc.message)}", soft_wrap=True)
         if exc.hint:
             err.print(f"[dim]hint:[/] {escape(exc.hint)}", soft_wrap=True)
         raise typer.Exit(1) from None
@@ -161,9 +161,19 @@ def pull(
     replace: Annotated[
         bool, typer.Option("--replace", help="Allow replacing a recorded version with another image.")
     ] = False,
+    tag: Annotated[
+        bool,
+        typer.Option(
+            "--tag",
+            help="Also tag envreg/<name>:<version> (moves the tag other users of this engine may run).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Pull environments by digest, verifying image and manifest digests; a mismatch records nothing."""
+    """Pull environments by digest, verifying image and manifest digests and the environment code.
+
+    A mismatch records nothing. Pulled images keep the registry's name (HOST/REPO:VERSION); the runtime
+    finds them through the local index."""
     from envreg.registry import transfer
     from envreg.registry.lockfile import Lockfile
 
@@ -175,14 +185,16 @@ def pull(
                 wanted = set(refs)
                 lock = Lockfile([e for e in lock.environments if e.name in wanted or e.ref in wanted])
             with progress("pull") as on:
-                results = transfer.pull_locked(lock, progress=on)
+                results = transfer.pull_locked(lock, tag=tag, progress=on)
         else:
             if not refs:
                 raise ValueError("name at least one environment (or pass --locked)")
             for ref in refs:
                 with progress("pull") as on:
                     results.append(
-                        transfer.pull(ref, registry, namespace=namespace, replace=replace, progress=on)
+                        transfer.pull(
+                            ref, registry, namespace=namespace, replace=replace, tag=tag, progress=on
+                        )
                     )
     if as_json:
         _dump([{**_record_json(r.record), "transferred": r.transferred} for r in results])
@@ -192,6 +204,7 @@ def pull(
         out.print(
             f"{how} {r.record.ref} image {_short(r.record.image_id)} manifest {_short(r.record.manifest_digest)}"
             + (f" from {r.record.repo_digest}" if r.record.repo_digest else "")
+            + f" as {r.record.local_ref}"
         )
 
 
@@ -290,6 +303,10 @@ def inspect(
     out.print(
         f"  runtime: agent port {rt.agent_port}, control port {rt.control_port}, user {rt.user}, "
         f"network {rt.network}"
+    )
+    out.print(
+        f"  limits: state {rt.limits.max_state_bytes:,} bytes, arguments {rt.limits.max_argument_bytes:,} "
+        f"bytes per call; source {_short(manifest.digests.source)} ({len(manifest.source_files)} files)"
     )
     tools = Table(title=f"tools ({len(manifest.tools)})", box=None, pad_edge=False, title_justify="left")
     tools.add_column("TOOL", no_wrap=True)

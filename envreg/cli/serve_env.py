@@ -22,7 +22,13 @@ def serve_env(
         str, typer.Option(help="Bind address. Anything but loopback must be asked for.")
     ] = "127.0.0.1",
     max_instances: Annotated[int, typer.Option(help="Most instances held at once.")] = 4096,
-    max_body: Annotated[int, typer.Option(help="Largest request body in bytes.")] = 4 * 1024 * 1024,
+    max_body: Annotated[
+        int | None,
+        typer.Option(
+            help="Largest request body in bytes, on both planes (default: from the environment's limits).",
+            show_default=False,
+        ),
+    ] = None,
     fast_path: Annotated[bool, typer.Option(help="Serve tools/list and tools/call on the lean path.")] = True,
     preload_sdk: Annotated[
         bool, typer.Option(help="Import the mcp SDK at start instead of on the first request that needs it.")

@@ -2,6 +2,7 @@
 
 from envreg.env.environment import Environment, Instance
 from envreg.env.integrity import id_problems
+from envreg.env.limits import Limits
 from envreg.env.loader import load_environment
 from envreg.env.lookup import lookup
 from envreg.env.scenario import RejectedState, Scenario, Step, load_scenarios, states_equal
@@ -15,6 +16,7 @@ __all__ = [
     "Environment",
     "EnvironmentNotFound",
     "Instance",
+    "Limits",
     "RejectedState",
     "Scenario",
     "Step",

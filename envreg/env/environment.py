@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
+from envreg.env.limits import Limits, state_size
 from envreg.env.state import EnvState
 from envreg.env.tool import Tool, ToolAnnotations, ToolError, ToolResult
 from envreg.errors import UnknownToolError
@@ -40,6 +41,7 @@ class Environment(Generic[S]):
         description: str = "",
         volatile: Iterable[str] = (),
         check_state: bool = True,
+        limits: Limits | None = None,
     ) -> None:
         if not issubclass(state_model, EnvState):
             raise TypeError(f"{state_model.__name__} must subclass envreg.env.EnvState")
@@ -50,6 +52,7 @@ class Environment(Generic[S]):
         self.description = description
         self.volatile = tuple(volatile)
         self.check_state = check_state
+        self.limits = limits or Limits()
         self.tools: dict[str, Tool] = {}
         self.seed: dict[str, Any] | None = None
         self.folder: Path | None = None
@@ -101,8 +104,11 @@ class Environment(Generic[S]):
             raise UnknownToolError(name, sorted(self.tools)) from None
 
     def parse_state(self, data: dict[str, Any] | str | bytes) -> S:
-        """Validate a state; raises `pydantic.ValidationError` with every problem."""
-        return self.state_model.from_json(data)
+        """Validate a state; raises `pydantic.ValidationError` with every problem (or its size, when over
+        `limits.max_state_bytes`)."""
+        state = self.state_model.from_json(data)
+        self.limits.check_state(state)
+        return state
 
     def initial_state(self) -> S:
         """The environment's seed state (its `seed.json`), or the model's defaults."""
@@ -130,11 +136,12 @@ class Instance(Generic[S]):
 
     def _coerce(self, state: S | dict[str, Any] | str | bytes) -> S:
         if isinstance(state, self.env.state_model):
+            self.env.limits.check_state(state)
             return state.model_copy(deep=True)
         return self.env.parse_state(state)  # type: ignore[arg-type]
 
     def load_state(self, state: S | dict[str, Any] | str | bytes) -> None:
-        """Replace the state; on a validation error the old state is kept."""
+        """Replace the state; on a validation error (a state over the size limit is one) the old state is kept."""
         self.state = self._coerce(state)
 
     def reset(self) -> None:
@@ -144,12 +151,16 @@ class Instance(Generic[S]):
         """Run one tool. Anything it raises leaves the state exactly as it was.
 
         Raises `UnknownToolError` for a name the environment does not have; every other
-        failure (bad arguments, `ToolError`, a bug in the tool, a state the model's own
-        validators refuse after the call) is an error result. Read-only tools run on the
-        live state without a copy: they are trusted not to write.
+        failure (bad arguments, arguments or a resulting state over the environment's size
+        limits, `ToolError`, a bug in the tool, a state the model's own validators refuse
+        after the call) is an error result. Read-only tools run on the live state without a
+        copy: they are trusted not to write.
         """
         tool = self.env.get_tool(name)
         self.calls += 1
+        limits = self.env.limits
+        if (too_large := limits.argument_problem(arguments)) is not None:
+            return ToolResult(error=too_large)
         try:
             kwargs = tool.parse_arguments(arguments)
         except ToolError as exc:
@@ -166,5 +177,11 @@ class Instance(Generic[S]):
         except Exception as exc:  # a bug in the tool: roll back and say so, never take the server down
             logger.warning("tool %s raised %s", name, exc, exc_info=True)
             return ToolResult(error=f"{name} failed with an internal error: {type(exc).__name__}: {exc}")
+        if not read_only:
+            problem = limits.state_problem(state_size(working), "this call would make the state")
+            if problem is not None:
+                return ToolResult(
+                    error=f"Refused: {problem}; nothing was changed. Remove or shorten something first."
+                )
         self.state = working
         return result

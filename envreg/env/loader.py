@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -31,10 +32,21 @@ def known_names() -> list[str]:
     return sorted(p.parent.name for p in root.glob("*/env.py")) if root.is_dir() else []
 
 
+class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles env.py from its source every time: a bytecode cache beside it is never trusted, so the code
+    that runs is the code the manifest's source digest covers."""
+
+    def get_code(self, fullname: str):  # type: ignore[override]
+        return self.source_to_code(self.get_data(self.path), self.path)
+
+
 @cache
 def _load(folder: Path) -> Environment:
     module_name = f"envreg_env_{folder.name}_{abs(hash(folder)):x}"
-    spec = importlib.util.spec_from_file_location(module_name, folder / "env.py")
+    path = str(folder / "env.py")
+    spec = importlib.util.spec_from_file_location(
+        module_name, path, loader=SourceOnlyLoader(module_name, path)
+    )
     if spec is None or spec.loader is None:
         raise EnvironmentNotFound(f"cannot import {folder / 'env.py'}")
     module = importlib.util.module_from_spec(spec)

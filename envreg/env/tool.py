@@ -12,6 +12,8 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
+from envreg.env.schema import json_schema
+
 
 class ToolError(Exception):
     """An error the agent can fix (bad argument, missing entity). Reaches it as an `isError` result."""
@@ -94,6 +96,12 @@ def _error_location(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in loc) or "arguments"
 
 
+def _shown(value: Any, limit: int = 80) -> str:
+    """The repr of a bad input, cut short: an error must not echo a huge argument back."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def format_validation_error(tool: str, exc: ValidationError) -> str:
     """One readable line per problem, each naming the argument at fault."""
     problems = []
@@ -104,7 +112,7 @@ def format_validation_error(tool: str, exc: ValidationError) -> str:
         elif err["type"] == "missing":
             problems.append(f"{where}: missing required argument")
         else:
-            problems.append(f"{where}: {err['msg']} (got {err.get('input')!r})")
+            problems.append(f"{where}: {err['msg']} (got {_shown(err.get('input'))})")
     return f"Invalid arguments for tool {tool!r}: " + "; ".join(problems)
 
 
@@ -152,13 +160,13 @@ class Tool:
         model = create_model(  # type: ignore[call-overload]
             f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
         )
-        input_schema = model.model_json_schema()
+        input_schema = json_schema(model)
         input_schema.pop("title", None)
         output_adapter, output_schema, wraps = None, None, False
         returns = hints.get("return", inspect.Signature.empty)
         if returns not in (inspect.Signature.empty, None, type(None)):
             output_adapter = TypeAdapter(returns)
-            schema = output_adapter.json_schema()
+            schema = json_schema(output_adapter)
             wraps = schema.get("type") != "object"
             if wraps:
                 defs = schema.pop("$defs", None)

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -11,16 +13,27 @@ from pathlib import Path
 from typing import Any
 
 from envreg.images.base import BaseLock
-from envreg.images.paths import Paths
+from envreg.images.paths import ImageBuildError, Paths
 from envreg.images.wheels import build_envreg_wheel, fetch_wheelhouse
+from envreg.source import file_sha256, source_differences, source_files, summarize
 
 BASE_REPO = "envreg/base"
 IMAGE_PREFIX = "envreg/"
 VENV = "/opt/envreg"
 
 
+def content_mtime(data: bytes, epoch: int) -> int:
+    """A file's staged mtime: `epoch` plus up to 194 days drawn from its content.
+
+    BuildKit sends a context file again only when its size or mtime changed: with one fixed mtime, an
+    edit that keeps the size (a digest in a manifest, a renamed identifier) would build the old bytes.
+    Drawn from the content, the mtime changes with it and stays reproducible."""
+    return epoch + int.from_bytes(hashlib.sha256(data).digest()[:3], "big")
+
+
 def _sync_dir(dst: Path, files: dict[str, bytes | Path], epoch: int) -> None:
-    """Make `dst` hold exactly `files` (relative path -> bytes or source file), mtimes fixed to `epoch`."""
+    """Make `dst` hold exactly `files` (relative path -> bytes or source file); folders get the mtime
+    `epoch`, files `content_mtime`."""
     wanted = set(files)
     if dst.exists():
         for f in sorted(dst.rglob("*"), reverse=True):
@@ -29,6 +42,7 @@ def _sync_dir(dst: Path, files: dict[str, bytes | Path], epoch: int) -> None:
                 f.unlink()
             elif f.is_dir() and not any(f.iterdir()):
                 f.rmdir()
+    mtimes: dict[Path, int] = {}
     for rel, src in files.items():
         target = dst / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -37,8 +51,10 @@ def _sync_dir(dst: Path, files: dict[str, bytes | Path], epoch: int) -> None:
             target.write_bytes(data)
         mode = (src.stat().st_mode & 0o777) if isinstance(src, Path) else 0o644
         os.chmod(target, mode | 0o444)
+        mtimes[target] = content_mtime(data, epoch)
     for f in [dst, *dst.rglob("*")]:
-        os.utime(f, (epoch, epoch), follow_symlinks=False)
+        mtime = mtimes.get(f, epoch)
+        os.utime(f, (mtime, mtime), follow_symlinks=False)
 
 
 def stage_base(p: Paths, epoch: int) -> Path:
@@ -57,22 +73,27 @@ def stage_base(p: Paths, epoch: int) -> Path:
     return dst
 
 
-_ENV_IGNORE = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
-
-
 def stage_env(p: Paths, name: str, folder: Path, manifest: Path, epoch: int) -> Path:
-    """`.cache/bake/env/<name>/`: Dockerfile, env/ (the environment folder) and manifest.json, plus wheels/
-    with the wheels of the folder's own requirements.lock when it has one (e.g. bfcl-eval for bfcl-*)."""
-    files: dict[str, bytes | Path] = {"Dockerfile": p.base_dir / "env.Dockerfile", "manifest.json": manifest}
+    """`.cache/bake/env/<name>/`: Dockerfile, env/ (the environment's source files, `envreg.source`) and
+    manifest.json, plus wheels/ with the wheels of the folder's own requirements.lock when it has one (e.g.
+    bfcl-eval for bfcl-*). Refuses when the files are not the ones the manifest's `source_files` lists."""
+    files = source_files(folder)
+    contents = {rel: f.read_bytes() for rel, f in files.items()}
+    listed = json.loads(manifest.read_text()).get("source_files", {})
+    differences = source_differences(listed, {rel: file_sha256(data) for rel, data in contents.items()})
+    if differences:
+        raise ImageBuildError(
+            f"{name}: the environment folder {folder} is not what {manifest} lists ({summarize(differences)}); "
+            f"regenerate the manifest with `envreg manifest {name}`"
+        )
+    staged: dict[str, bytes | Path] = {"Dockerfile": p.base_dir / "env.Dockerfile", "manifest.json": manifest}
     if (folder / "requirements.lock").is_file():
         for wheel in fetch_wheelhouse(p, folder / "requirements.lock").values():
-            files[f"wheels/{wheel.name}"] = wheel
-    for f in sorted(folder.rglob("*")):
-        rel = f.relative_to(folder)
-        if f.is_file() and not any(part in _ENV_IGNORE or part.endswith(".pyc") for part in rel.parts):
-            files[f"env/{rel}"] = f
+            staged[f"wheels/{wheel.name}"] = wheel
+    for rel, data in contents.items():
+        staged[f"env/{rel}"] = data
     dst = p.stage / "env" / name
-    _sync_dir(dst, files, epoch)
+    _sync_dir(dst, staged, epoch)
     return dst
 
 

@@ -2,7 +2,7 @@
 any OCI distribution registry, the `envreg.lock` lockfile and offline archives.
 
 Entry points other modules use:
-- `record_image(image, source, *, repo_digest=None, tag=True) -> IndexRecord` (build / pull / load)
+- `record_image(image, source, *, repo_digest=None, tag=True, local_ref=None) -> IndexRecord` (build / pull / load)
 - `resolve(ref) -> IndexRecord` (the runtime: `name`, `name:version`, `name@sha256:...`; `LookupError`)
 """
 

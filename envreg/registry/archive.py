@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from envreg.manifest import Manifest
 from envreg.registry import engine
 from envreg.registry.engine import Progress
 from envreg.registry.errors import RegistryError, VerificationError
@@ -226,18 +227,18 @@ def load(
                     )
             if "sha256:" + stream.h.hexdigest() != meta["files"][IMAGES_MEMBER]["sha256"]:
                 raise _bad_archive(path, f"{IMAGES_MEMBER} changed while it was loaded")
-        checked: list[tuple[LockEntry, str]] = []
+        checked: list[tuple[LockEntry, str, Manifest]] = []
         for e in lockfile.environments:
             info = engine.image_info(e.image_id)
             if info is None:
                 raise _bad_archive(path, f"{e.ref}: image {e.image_id} is not in {IMAGES_MEMBER}")
-            m = engine.verified_manifest(info, e.ref)
+            m = engine.verify_image_source(c, info.id, f"{path}:{e.ref}")
             check_expected(e, m.name, m.version, info.id, m.digest, f"{path}:{e.ref}")
-            checked.append((e, info.id))
+            checked.append((e, info.id, m))
         records = []
-        for e, image_id in checked:
+        for e, image_id, m in checked:
             repo_digest = e.pull_ref
-            records.append(index.record_image(image_id, "loaded", repo_digest=repo_digest))
+            records.append(index.record_image(image_id, "loaded", repo_digest=repo_digest, verified=m))
     except BaseException:
         for e in lockfile.environments:
             if e.image_id not in before:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import tarfile
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from envreg.manifest import Manifest
 from envreg.registry.errors import NotFound, RegistryError, VerificationError
+from envreg.source import MANIFEST_FILE, file_sha256, is_source, source_differences, summarize
 
 if TYPE_CHECKING:
     from envreg.registry.index import IndexRecord
@@ -23,7 +25,8 @@ LABEL_NAME = "io.envreg.name"
 LABEL_VERSION = "io.envreg.version"
 LABEL_MANIFEST = "io.envreg.manifest.digest"
 LABEL_TOOLS = "io.envreg.tools"  # optional: comma-separated tool names (lets search skip the manifest fetch)
-MANIFEST_PATH = "/env/manifest.json"
+ENV_DIR = "/env"
+MANIFEST_PATH = f"{ENV_DIR}/{MANIFEST_FILE}"
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -77,12 +80,12 @@ class ImageInfo:
         return MANIFEST_PATH
 
 
-def image_info(ref: str) -> ImageInfo | None:
+def image_info(ref: str, docker_client: Any = None) -> ImageInfo | None:
     """Inspect a local image by ID, tag or `repo@digest`; None when the engine does not have it."""
     import docker.errors
 
     try:
-        attrs = client().api.inspect_image(ref)
+        attrs = (docker_client or client()).api.inspect_image(ref)
     except docker.errors.ImageNotFound:
         return None
     except docker.errors.APIError as exc:
@@ -135,15 +138,22 @@ def read_file(image: str, path: str, limit: int = 16 << 20) -> bytes:
 def verified_manifest(info: ImageInfo, ref: str | None = None) -> Manifest:
     """Read the manifest from the image and check it against itself and against the image's labels.
 
-    Raises `VerificationError` naming the first mismatch."""
-    what = ref or info.id
+    Raises `VerificationError` naming the first mismatch. Checks metadata only; `verify_image_source`
+    also checks the environment's code."""
+    _require_labels(info, ref or info.id)
+    return _checked_manifest(info, read_file(info.id, info.manifest_path), ref or info.id)
+
+
+def _require_labels(info: ImageInfo, what: str) -> None:
     if not info.name or not info.version or not info.manifest_digest:
         missing = [k for k in (LABEL_NAME, LABEL_VERSION, LABEL_MANIFEST) if not info.labels.get(k)]
         raise VerificationError(
             f"{what} is not an envreg environment image (no {', '.join(missing)} label)",
             "environment images are built with `envreg build`",
         )
-    raw = read_file(info.id, info.manifest_path)
+
+
+def _checked_manifest(info: ImageInfo, raw: bytes, what: str) -> Manifest:
     try:
         manifest = Manifest.loads(raw)
     except ValueError as exc:
@@ -162,6 +172,77 @@ def verified_manifest(info: ImageInfo, ref: str | None = None) -> Manifest:
             f"{what}: labels say {info.name}:{info.version} but its manifest is {manifest.ref}"
         )
     return manifest
+
+
+def verify_image_source(docker_client: Any, image: str, ref: str | None = None) -> Manifest:
+    """Check that an image's environment code is the code its manifest records, without running it.
+
+    Reads ``/env`` out of the image (a created, never started container, removed at once), checks the
+    manifest in it against itself and the image's labels, then every file against the manifest's
+    `source_files` (`envreg.source` decides which files count). Returns the manifest; raises
+    `VerificationError` naming the files that differ."""
+    import docker.errors
+
+    info = image_info(image, docker_client)
+    what = ref or image
+    if info is None:
+        raise NotFound(f"the Docker engine has no image {image}", "build it (`envreg build`) or pull it")
+    _require_labels(info, what)
+    container = docker_client.api.create_container(
+        info.id, command=["true"], entrypoint=[], network_disabled=True
+    )
+    with tempfile.SpooledTemporaryFile(max_size=32 << 20) as buf:
+        try:
+            try:
+                stream, _stat = docker_client.api.get_archive(container["Id"], ENV_DIR)
+            except docker.errors.NotFound:
+                raise VerificationError(
+                    f"{what} has no {ENV_DIR} folder: it is not an environment image"
+                ) from None
+            for chunk in stream:
+                buf.write(chunk)
+        finally:
+            docker_client.api.remove_container(container["Id"], force=True)
+        buf.seek(0)
+        actual, odd, raw_manifest = _read_env_tar(buf, info.manifest_path)
+    if raw_manifest is None:
+        raw_manifest = read_file(info.id, info.manifest_path)
+    manifest = _checked_manifest(info, raw_manifest, what)
+    differences = odd + source_differences(manifest.source_files, actual)
+    if differences:
+        raise VerificationError(
+            f"{what}: its environment code differs from the source its manifest records "
+            f"({summarize(f'{ENV_DIR}/{line}' for line in differences)}); the image was altered after it was built",
+            "do not run it: pull it by a digest you trust or build it again from source (`envreg build`)",
+        )
+    return manifest
+
+
+def _read_env_tar(fileobj: Any, manifest_path: str) -> tuple[dict[str, str], list[str], bytes | None]:
+    """(source path -> sha256, lines for entries that are not regular files, the manifest's bytes if under /env)."""
+    hashes: dict[str, str] = {}
+    odd: list[str] = []
+    raw_manifest = None
+    inside = manifest_path.removeprefix(f"{ENV_DIR}/") if manifest_path.startswith(f"{ENV_DIR}/") else None
+    with tarfile.open(fileobj=fileobj, mode="r:") as tar:
+        for member in tar:
+            rel = member.name.partition("/")[2]  # the archive's root is the folder itself: env/...
+            if not rel or member.isdir():
+                continue
+            if rel == inside and member.isfile():
+                f = tar.extractfile(member)
+                assert f is not None
+                raw_manifest = f.read()
+                continue
+            if not is_source(rel):
+                continue
+            if not member.isfile():
+                odd.append(f"{rel} is not a regular file")
+                continue
+            f = tar.extractfile(member)
+            assert f is not None
+            hashes[rel] = file_sha256(f.read())
+    return hashes, odd, raw_manifest
 
 
 def recorded_image(record: IndexRecord) -> tuple[ImageInfo, Manifest]:

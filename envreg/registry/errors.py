@@ -1,23 +1,11 @@
-"""Errors of the registry layer: a message that says what went wrong and a hint that says what to do."""
+"""Errors of the registry layer, in envreg's one error tree (`envreg.errors`): a message that says what went
+wrong, a hint that says what to do, and the HTTP status the daemon reports them with."""
 
 from __future__ import annotations
 
+from envreg.errors import AuthError, EnvregError, NotFound, VerificationError
 
-class RegistryError(RuntimeError):
-    """A user-facing failure: `str(exc)` is the problem, `exc.hint` what to do about it."""
+RegistryError = EnvregError
+"""A registry or engine failure with no more specific kind (reported as 500)."""
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.hint = hint
-
-
-class NotFound(RegistryError, LookupError):
-    """An environment, tag or digest that is not where it was looked for."""
-
-
-class VerificationError(RegistryError):
-    """Content that does not match what was asked for or what its metadata declares; nothing was recorded."""
-
-
-class AuthError(RegistryError):
-    """The registry refused the credentials (or none were found)."""
+__all__ = ["AuthError", "NotFound", "RegistryError", "VerificationError"]

@@ -67,7 +67,7 @@ class IndexRecord:
     manifest_digest: str  # "sha256:...", = the image's io.envreg.manifest.digest label
     image_id: str  # "sha256:...", the image config digest (what the runtime runs)
     repo_digest: str | None  # "host[:port]/repo@sha256:..." (registry manifest digest) when known
-    local_ref: str  # the engine tag, e.g. "envreg/calendar:1.0.0"
+    local_ref: str  # the engine tag: "envreg/calendar:1.0.0", or a pulled image's registry name
     source: str  # built | pulled | loaded
     created: str  # ISO 8601 UTC, when recorded
 
@@ -128,20 +128,23 @@ class LocalIndex:
         *,
         repo_digest: str | None = None,
         tag: bool = True,
+        local_ref: str | None = None,
+        verified: Manifest | None = None,
     ) -> IndexRecord:
         """Record an environment image the engine holds (by ID, tag or `repo@digest`).
 
-        Reads the labels and `/env/manifest.json` from the image, verifies the manifest against its own
-        digest and the `io.envreg.manifest.digest` label, tags the image `envreg/<name>:<version>`
-        (unless `tag=False`) and writes the record (replacing the one for the same name and version).
+        Reads the labels and `/env/manifest.json` from the image (unless the caller passes the manifest it
+        `verified` already), verifies the manifest against its own digest and the
+        `io.envreg.manifest.digest` label, tags the image `local_ref` (default `envreg/<name>:<version>`;
+        not with `tag=False`) and writes the record (replacing the one for the same name and version).
         Raises `VerificationError` (nothing written) when the image is not a consistent environment image."""
         from envreg.registry import engine
 
         if source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, not {source!r}")
         info = engine.require_image(image)
-        manifest = engine.verified_manifest(info, image)
-        ref = local_tag(manifest.name, manifest.version)
+        manifest = verified or engine.verified_manifest(info, image)
+        ref = local_ref or local_tag(manifest.name, manifest.version)
         if tag and ref not in info.tags:
             engine.tag(info.id, ref)
         if repo_digest is None:
@@ -254,10 +257,18 @@ def default_index() -> LocalIndex:
 
 
 def record_image(
-    image: str, source: Source, *, repo_digest: str | None = None, tag: bool = True
+    image: str,
+    source: Source,
+    *,
+    repo_digest: str | None = None,
+    tag: bool = True,
+    local_ref: str | None = None,
+    verified: Manifest | None = None,
 ) -> IndexRecord:
     """Record an image (ID, tag or `repo@digest`) in the default index; see `LocalIndex.record_image`."""
-    return default_index().record_image(image, source, repo_digest=repo_digest, tag=tag)
+    return default_index().record_image(
+        image, source, repo_digest=repo_digest, tag=tag, local_ref=local_ref, verified=verified
+    )
 
 
 def resolve(ref: str | EnvRef) -> IndexRecord:
@@ -295,8 +306,12 @@ def rm(ref: str, *, keep_image: bool = False, index: LocalIndex | None = None) -
                 continue
             if r.local_ref in info.tags:
                 engine.untag(r.local_ref)
-            if r.repo_digest and r.repo_digest in info.repo_digests:
-                engine.untag(r.repo_digest)
+            if r.repo_digest:
+                registry_name = f"{r.repo_digest.split('@', 1)[0]}:{r.version}"  # what `pull` tags
+                if registry_name in info.tags and registry_name != r.local_ref:
+                    engine.untag(registry_name)
+                if r.repo_digest in info.repo_digests:
+                    engine.untag(r.repo_digest)
     return targets
 
 

@@ -162,6 +162,7 @@ def pull(
     namespace: str = DEFAULT_NAMESPACE,
     expect: LockEntry | None = None,
     replace: bool = False,
+    tag: bool = False,
     index: LocalIndex | None = None,
     credentials: Credentials | bool | None = True,
     progress: Progress | None = None,
@@ -172,8 +173,12 @@ def pull(
     or a full `host/repo[:tag][@digest]`. The registry's manifest is resolved first; the engine then pulls
     exactly that manifest digest. Checked: the labels name and version what was asked for, the digest asked
     for (and `expect`, a lock entry) matches, the pulled image ID is the config digest the registry declares,
-    the manifest in the image matches its label, and a version already recorded here is not silently
-    replaced by another image (`replace=True` allows it)."""
+    the manifest in the image matches its label, the environment code in the image is the code the
+    manifest records (`engine.verify_image_source`), and a version already recorded here is not silently
+    replaced by another image (`replace=True` allows it).
+
+    The image keeps the registry's own name (`<registry>/<repository>:<version>`); `envreg/<name>:<version>`,
+    which other users of the engine may run, is tagged only with `tag=True`."""
     index = index or LocalIndex()
     remote, want_name = _target(ref, registry, namespace, index)
     with RegistryClient(remote.registry, credentials) as rc:
@@ -236,11 +241,22 @@ def pull(
                 raise VerificationError(
                     f"{what}: the pulled image's labels differ from the registry's config"
                 )
-            manifest = engine.verified_manifest(info, what)
+            manifest = engine.verify_image_source(engine.client(), info.id, what)
             if expect is not None:
                 check_expected(expect, manifest.name, manifest.version, info.id, manifest.digest, what)
-            engine.tag(info.id, local_tag(manifest.name, manifest.version))
-            record = index.record_image(info.id, "pulled", repo_digest=f"{pinned.repo}@{mdigest}")
+            registry_name = f"{pinned.repo}:{manifest.version}"
+            engine.tag(info.id, registry_name)
+            shared = local_tag(manifest.name, manifest.version)
+            if tag:
+                engine.tag(info.id, shared)
+            record = index.record_image(
+                info.id,
+                "pulled",
+                repo_digest=f"{pinned.repo}@{mdigest}",
+                local_ref=shared if tag else registry_name,
+                tag=False,
+                verified=manifest,
+            )
         except BaseException:
             if transferred:
                 _discard(config_digest, pinned)
@@ -313,6 +329,7 @@ def lock(
 def pull_locked(
     lockfile: Lockfile,
     *,
+    tag: bool = False,
     index: LocalIndex | None = None,
     credentials: Credentials | bool | None = True,
     progress: Progress | None = None,
@@ -328,12 +345,22 @@ def pull_locked(
                     f"the lockfile pins {e.ref} without a registry, and the engine does not have {short(e.image_id)}",
                     f"push it (`envreg push {e.ref} --registry HOST`) and lock again, or load an archive",
                 )
-            manifest = engine.verified_manifest(info, e.ref)
+            manifest = engine.verify_image_source(engine.client(), info.id, e.ref)
             check_expected(e, manifest.name, manifest.version, info.id, manifest.digest, e.ref)
-            rec = index.record_image(info.id, "pulled")
+            shared = local_tag(manifest.name, manifest.version)
+            named = shared if tag or shared in info.tags or not info.tags else info.tags[0]
+            rec = index.record_image(info.id, "pulled", tag=tag, local_ref=named, verified=manifest)
             results.append(PullResult(rec, False, RemoteRef("", "", e.version)))
             continue
         results.append(
-            pull(e.pull_ref, expect=e, replace=True, index=index, credentials=credentials, progress=progress)
+            pull(
+                e.pull_ref,
+                expect=e,
+                replace=True,
+                tag=tag,
+                index=index,
+                credentials=credentials,
+                progress=progress,
+            )
         )
     return results

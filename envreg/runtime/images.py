@@ -1,7 +1,9 @@
-"""Resolve an environment reference to a local image ID: through the local index, else by label."""
+"""Resolve an environment reference to a local image ID (through the local index, else by label), and check
+the image's environment code against its manifest once per image ID and process."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import docker.errors
@@ -9,13 +11,29 @@ import docker.errors
 from envreg.errors import EngineError, ImageNotFound
 from envreg.protocol import NAME_LABEL, VERSION_LABEL
 
+_verified: set[str] = set()
+_verify_lock = threading.Lock()
+
 
 def resolve_image(client: Any, ref: str) -> str:
     """``name`` (newest), ``name:version``, ``name@sha256:...`` or an image reference -> image ID.
 
     Names resolve through the local index (`envreg build`, `pull` and `load` write it); a name the
-    index does not know falls back to the newest local image labelled ``io.envreg.name``.
+    index does not know falls back to the newest local image labelled ``io.envreg.name``. The image's
+    ``/env`` must be the code its manifest records (read without running it, once per image ID and
+    process); otherwise `envreg.registry.VerificationError` names the files that differ.
     """
+    image_id = _resolve(client, ref)
+    with _verify_lock:
+        if image_id not in _verified:
+            from envreg.registry.engine import verify_image_source
+
+            verify_image_source(client, image_id, ref if ref != image_id else None)
+            _verified.add(image_id)
+    return image_id
+
+
+def _resolve(client: Any, ref: str) -> str:
     if "/" in ref:
         try:
             return client.images.get(ref).id
@@ -57,4 +75,9 @@ def _newest_labelled(client: Any, ref: str) -> str:
         raise ImageNotFound(
             f"no environment image for {ref!r}: build it with `envreg build {name}` or pull it with `envreg pull {ref}`"
         )
-    return max(images, key=lambda i: i.attrs.get("Created", "")).id
+    # `envreg build`'s own tag (envreg/<name>:...) first: an untagged image left by an earlier build may
+    # carry a later creation time (images are stamped with their commit's time)
+    from envreg.registry.refs import local_repo
+
+    own = f"{local_repo(name)}:"
+    return max(images, key=lambda i: (any(t.startswith(own) for t in i.tags), i.attrs.get("Created", ""))).id

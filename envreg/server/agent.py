@@ -71,7 +71,8 @@ class AgentPlane:
             try:
                 body = await read_body(scope, receive, self.max_body)
             except BodyTooLarge:
-                await send_bytes(send, 413, b"Request body too large", b"text/plain; charset=utf-8")
+                message = f"Request body too large: over this server's limit of {self.max_body:,} bytes"
+                await send_bytes(send, 413, message.encode(), b"text/plain; charset=utf-8")
                 return
             answer = self.lean.answer(scope["headers"], body, instance_id)
             if answer is not None:

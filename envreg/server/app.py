@@ -16,6 +16,7 @@ from envreg.server.control import control_app
 from envreg.server.instances import InstanceStore
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+AGENT_BODY = 4 * 1024 * 1024
 logger = logging.getLogger("envreg.server")
 
 
@@ -27,10 +28,24 @@ class ServerConfig:
     port: int = AGENT_PORT
     control_port: int = CONTROL_PORT
     max_instances: int = 4096
-    max_body: int = 4 * 1024 * 1024
+    max_body: int | None = None  # None: from the environment's limits (`body_limits`)
     fast_path: bool = True
     preload_sdk: bool = False
     agent_token: str | None = None
+
+
+def body_limits(env: Environment, max_body: int | None) -> tuple[int, int]:
+    """(agent plane, control plane) request body limits: `max_body` for both when given, else 4 MiB (at
+    least twice the environment's argument limit) for MCP requests, so that a call with oversized arguments
+    gets an error result naming that limit, and room for a state at twice its size limit on the control
+    plane, so that an oversized state is refused naming the state limit."""
+    if max_body is not None:
+        return max_body, max_body
+    limits = env.limits
+    return (
+        max(AGENT_BODY, 2 * limits.max_argument_bytes + 64 * 1024),
+        2 * limits.max_state_bytes + 1024 * 1024,
+    )
 
 
 def load_manifest(env: Environment) -> dict[str, Any]:
@@ -55,15 +70,16 @@ class EnvServer:
         env = env or load_environment(config.env)
         store = InstanceStore(env, config.max_instances)
         loopback = config.host in LOOPBACK
+        agent_body, control_body = body_limits(env, config.max_body)
         agent = AgentPlane(
             store,
-            max_body=config.max_body,
+            max_body=agent_body,
             loopback=loopback,
             fast_path=config.fast_path,
             preload_sdk=config.preload_sdk,
             token=config.agent_token,
         )
-        control = control_app(store, config.token, config.max_body, load_manifest(env))
+        control = control_app(store, config.token, control_body, load_manifest(env))
         return cls(store, agent, control)
 
 

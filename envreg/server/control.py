@@ -47,7 +47,13 @@ class BearerAuth:
             try:
                 body = await read_body(scope, receive, self.max_body)
             except BodyTooLarge:
-                await send_json(send, 413, {"error": f"request body over the {self.max_body} byte limit"})
+                await send_json(
+                    send,
+                    413,
+                    {
+                        "error": f"request body over this server's limit of {self.max_body:,} bytes; nothing was changed"
+                    },
+                )
                 return
             receive = replay(body, receive)
         await self.app(scope, receive, send)

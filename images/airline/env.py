@@ -28,6 +28,12 @@ Membership = Literal["regular", "silver", "gold"]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=60)]
 AirportCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
 Cents = Annotated[int, Field(ge=0)]
+# Bounded strings, so that one agent cannot grow a shared server's memory (the SDK also caps whole
+# arguments and states): ids (an id the agent passes is checked against the state, not a pattern),
+# labels (names, cities, card labels), email addresses.
+Ref = Annotated[str, Field(max_length=64)]
+Label = Annotated[str, Field(max_length=200)]
+Email = Annotated[str, Field(max_length=254)]
 
 FREE_BAGS = {"economy": 0, "business": 2}
 MAX_BAGS = {"economy": 3, "business": 4}
@@ -46,8 +52,8 @@ class Model(BaseModel):
 
 class Airport(Model):
     code: AirportCode
-    name: str
-    city: str
+    name: Label
+    city: Label
 
 
 class CabinInventory(Model):
@@ -63,8 +69,8 @@ class CabinInventory(Model):
 
 
 class Flight(Model):
-    id: str
-    flight_number: str
+    id: Ref
+    flight_number: Annotated[str, Field(max_length=16)]
     origin: AirportCode
     destination: AirportCode
     departure: NaiveDatetime
@@ -81,9 +87,9 @@ class Flight(Model):
 
 
 class PaymentMethod(Model):
-    id: str
+    id: Ref
     kind: Literal["credit_card", "gift_card"]
-    label: str
+    label: Label
     balance_cents: Cents | None = Field(default=None, description="Gift cards only: what is left to spend.")
     expires_on: date | None = Field(default=None, description="Credit cards only: last valid day.")
 
@@ -97,9 +103,9 @@ class PaymentMethod(Model):
 
 
 class User(Model):
-    id: str
-    name: str
-    email: str = Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+    id: Ref
+    name: Label
+    email: Email = Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
     membership: Membership = "regular"
     payment_methods: dict[str, PaymentMethod] = Field(default_factory=dict)
 
@@ -118,8 +124,8 @@ class Passenger(Model):
 
 
 class Payment(Model):
-    id: str
-    payment_method_id: str
+    id: Ref
+    payment_method_id: Ref
     amount_cents: int = Field(description="Positive for a charge, negative for a refund.")
     kind: Literal["fare", "change", "baggage", "refund"]
     at: NaiveDatetime
@@ -132,14 +138,14 @@ class Payment(Model):
 
 
 class Booking(Model):
-    id: str
-    user_id: str
-    flight_id: str
+    id: Ref
+    user_id: Ref
+    flight_id: Ref
     cabin: Cabin
     passengers: list[Passenger] = Field(min_length=1, max_length=MAX_PASSENGERS)
     fare_cents: Cents = Field(description="Fare per passenger on the current flight.")
     bags: Cents = Field(default=0, description="Checked bags on the booking (all passengers together).")
-    payment_method_id: str = Field(description="The payment method used at booking (refunded first).")
+    payment_method_id: Ref = Field(description="The payment method used at booking (refunded first).")
     status: Literal["confirmed", "cancelled"] = "confirmed"
     created_at: NaiveDatetime
     cancelled_at: NaiveDatetime | None = None
@@ -424,7 +430,7 @@ def _refund(state: AirlineState, booking: Booking, amount: int) -> list[Refund]:
 
 
 @env.tool(read_only=True)
-def find_user(state: AirlineState, email: str) -> UserProfile:
+def find_user(state: AirlineState, email: Email) -> UserProfile:
     """Find a customer by email address and return their profile, including the user id other tools need.
 
     Args:
@@ -438,7 +444,7 @@ def find_user(state: AirlineState, email: str) -> UserProfile:
 
 
 @env.tool(read_only=True)
-def get_user(state: AirlineState, user_id: str) -> UserProfile:
+def get_user(state: AirlineState, user_id: Ref) -> UserProfile:
     """Get a customer's profile (name, email, membership tier) by user id.
 
     Args:
@@ -449,7 +455,7 @@ def get_user(state: AirlineState, user_id: str) -> UserProfile:
 
 
 @env.tool(read_only=True)
-def list_payment_methods(state: AirlineState, user_id: str) -> list[PaymentMethod]:
+def list_payment_methods(state: AirlineState, user_id: Ref) -> list[PaymentMethod]:
     """List a customer's payment methods: credit cards (with expiry) and gift cards (with balance).
 
     Args:
@@ -468,7 +474,7 @@ def list_airports(state: AirlineState) -> list[Airport]:
 
 
 @env.tool(read_only=True)
-def search_flights(state: AirlineState, origin: str, destination: str, date: date) -> list[Flight]:
+def search_flights(state: AirlineState, origin: Label, destination: Label, date: date) -> list[Flight]:
     """Search the flights from one airport to another that depart on a given day and have not departed yet.
 
     Each result gives, per cabin, the fare per passenger and the seats still available.
@@ -492,7 +498,7 @@ def search_flights(state: AirlineState, origin: str, destination: str, date: dat
 
 
 @env.tool(read_only=True)
-def get_flight(state: AirlineState, flight_id: str) -> Flight:
+def get_flight(state: AirlineState, flight_id: Ref) -> Flight:
     """Get one flight: route, times, and per cabin the fare and the seats available.
 
     Args:
@@ -505,7 +511,7 @@ def get_flight(state: AirlineState, flight_id: str) -> Flight:
 
 
 @env.tool(read_only=True)
-def list_bookings(state: AirlineState, user_id: str) -> list[BookingView]:
+def list_bookings(state: AirlineState, user_id: Ref) -> list[BookingView]:
     """List all of a customer's bookings, confirmed and cancelled, oldest first.
 
     Args:
@@ -518,7 +524,7 @@ def list_bookings(state: AirlineState, user_id: str) -> list[BookingView]:
 
 
 @env.tool(read_only=True)
-def get_booking(state: AirlineState, booking_id: str) -> BookingView:
+def get_booking(state: AirlineState, booking_id: Ref) -> BookingView:
     """Get one booking: flight, cabin, passengers, bags and allowance, status and payment history.
 
     Args:
@@ -530,11 +536,11 @@ def get_booking(state: AirlineState, booking_id: str) -> BookingView:
 @env.tool
 def book_flight(
     state: AirlineState,
-    user_id: str,
-    flight_id: str,
+    user_id: Ref,
+    flight_id: Ref,
     cabin: Cabin,
     passengers: Annotated[list[Passenger], Field(min_length=1, max_length=MAX_PASSENGERS)],
-    payment_method_id: str,
+    payment_method_id: Ref,
 ) -> BookingView:
     """Book seats on a flight for one to nine passengers and charge the fare to a payment method.
 
@@ -583,9 +589,9 @@ def book_flight(
 @env.tool
 def add_baggage(
     state: AirlineState,
-    booking_id: str,
+    booking_id: Ref,
     count: Annotated[int, Field(ge=1)],
-    payment_method_id: str | None = None,
+    payment_method_id: Ref | None = None,
 ) -> BaggageReceipt:
     """Add checked bags to a confirmed booking; bags beyond the free allowance cost $35 each.
 
@@ -621,7 +627,7 @@ def add_baggage(
 
 @env.tool
 def change_flight(
-    state: AirlineState, booking_id: str, new_flight_id: str, payment_method_id: str | None = None
+    state: AirlineState, booking_id: Ref, new_flight_id: Ref, payment_method_id: Ref | None = None
 ) -> ChangeReceipt:
     """Move a confirmed booking to another flight on the same route, in the same cabin.
 
@@ -674,7 +680,7 @@ def change_flight(
 
 
 @env.tool(destructive=True)
-def cancel_booking(state: AirlineState, booking_id: str) -> CancellationReceipt:
+def cancel_booking(state: AirlineState, booking_id: Ref) -> CancellationReceipt:
     """Cancel a confirmed booking before departure, release its seats and refund it.
 
     Business bookings, and any booking cancelled within 24 hours of being made, are refunded in
@@ -699,10 +705,10 @@ def cancel_booking(state: AirlineState, booking_id: str) -> CancellationReceipt:
 @env.tool(idempotent=True)
 def update_passenger(
     state: AirlineState,
-    booking_id: str,
+    booking_id: Ref,
     passenger_index: Annotated[int, Field(ge=0)],
-    first_name: str | None = None,
-    last_name: str | None = None,
+    first_name: Label | None = None,
+    last_name: Label | None = None,
     date_of_birth: date | None = None,
 ) -> BookingView:
     """Correct one passenger's name or date of birth on a confirmed booking before departure.

@@ -33,6 +33,10 @@ DEFAULT_DAILY_LIMIT_CENTS = 200_000
 MAX_OPEN_ACCOUNTS = 5
 
 Cents = Annotated[int, Field(strict=True, gt=0, le=100_000_000)]
+# Bounded strings, so that one agent cannot grow a shared server's memory (the SDK also caps whole
+# arguments and states): ids (an id the agent passes is checked against the state, not a pattern), IBANs.
+Ref = Annotated[str, Field(max_length=64)]
+Iban = Annotated[str, Field(max_length=34)]
 _ID = re.compile(r"^([a-z]+)_(\d+)$")
 _IBAN = re.compile(r"^[A-Z]{2}\d{2}[A-Z0-9]{11,30}$")
 
@@ -75,10 +79,10 @@ class Customer(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=r"^cus_\d{4,}$")
-    name: str = Field(min_length=1)
-    email: str = Field(pattern=r"^[^@\s]+@[^@\s]+\.[a-z]{2,}$")
-    phone: str
+    id: str = Field(pattern=r"^cus_\d{4,}$", max_length=64)
+    name: str = Field(min_length=1, max_length=200)
+    email: str = Field(pattern=r"^[^@\s]+@[^@\s]+\.[a-z]{2,}$", max_length=254)
+    phone: str = Field(max_length=40)
     customer_since: date
 
 
@@ -87,12 +91,12 @@ class Account(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=r"^acc_\d{4,}$")
-    customer_id: str
+    id: str = Field(pattern=r"^acc_\d{4,}$", max_length=64)
+    customer_id: Ref
     name: str = Field(min_length=1, max_length=60)
     kind: AccountKind
     currency: Currency
-    iban: str
+    iban: Iban
     status: Literal["active", "frozen", "closed"] = "active"
     balance_cents: int
     overdraft_limit_cents: int = Field(default=0, ge=0)
@@ -135,12 +139,12 @@ class Card(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=r"^crd_\d{4,}$")
-    account_id: str
+    id: str = Field(pattern=r"^crd_\d{4,}$", max_length=64)
+    account_id: Ref
     last4: str = Field(pattern=r"^\d{4}$")
     expires: str = Field(pattern=r"^(0[1-9]|1[0-2])/\d{2}$", description="MM/YY")
     status: Literal["active", "frozen", "cancelled"] = "active"
-    replaced_by: str | None = Field(default=None, description="The card issued to replace this one.")
+    replaced_by: Ref | None = Field(default=None, description="The card issued to replace this one.")
 
 
 class Payee(BaseModel):
@@ -148,10 +152,10 @@ class Payee(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=r"^pay_\d{4,}$")
-    customer_id: str
+    id: str = Field(pattern=r"^pay_\d{4,}$", max_length=64)
+    customer_id: Ref
     name: str = Field(min_length=1, max_length=70)
-    iban: str
+    iban: Iban
     added_on: date
     removed_on: date | None = None
 
@@ -168,15 +172,15 @@ class Transaction(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=r"^txn_\d{4,}$")
-    account_id: str
+    id: str = Field(pattern=r"^txn_\d{4,}$", max_length=64)
+    account_id: Ref
     posted_at: NaiveDatetime
     kind: TransactionKind
     amount_cents: int = Field(description="Positive for money in, negative for money out.")
     balance_after_cents: int
-    description: str
-    counterparty_account_id: str | None = Field(default=None, description="The other account of a transfer.")
-    payee_id: str | None = Field(default=None, description="The payee of a payment.")
+    description: str = Field(max_length=1000)
+    counterparty_account_id: Ref | None = Field(default=None, description="The other account of a transfer.")
+    payee_id: Ref | None = Field(default=None, description="The payee of a payment.")
 
     @model_validator(mode="after")
     def _signed(self) -> Transaction:
@@ -475,7 +479,7 @@ env = Environment(
 
 
 @env.tool(read_only=True)
-def find_customer(state: BankState, query: str) -> list[Customer]:
+def find_customer(state: BankState, query: Annotated[str, Field(max_length=200)]) -> list[Customer]:
     """Find customers by email address (exact, any case) or by part of their name.
 
     Returns every match; use the customer id (cus_...) with the other tools.
@@ -498,7 +502,7 @@ def find_customer(state: BankState, query: str) -> list[Customer]:
 
 
 @env.tool(read_only=True)
-def list_accounts(state: BankState, customer_id: str, include_closed: bool = False) -> list[Account]:
+def list_accounts(state: BankState, customer_id: Ref, include_closed: bool = False) -> list[Account]:
     """List a customer's accounts with their ids, kinds, currencies, balances and limits.
 
     Args:
@@ -514,7 +518,7 @@ def list_accounts(state: BankState, customer_id: str, include_closed: bool = Fal
 
 
 @env.tool(read_only=True)
-def get_balance(state: BankState, account_id: str) -> Balance:
+def get_balance(state: BankState, account_id: Ref) -> Balance:
     """Get an account's balance, the money available now, and how much of today's limit is left.
 
     Args:
@@ -538,7 +542,7 @@ def get_balance(state: BankState, account_id: str) -> Balance:
 @env.tool(read_only=True)
 def get_statement(
     state: BankState,
-    account_id: str,
+    account_id: Ref,
     month: Annotated[str, Field(pattern=r"^\d{4}-(0[1-9]|1[0-2])$")],
 ) -> Statement:
     """Get an account's statement for one calendar month: opening and closing balance and every transaction.
@@ -574,7 +578,7 @@ def get_statement(
 
 
 @env.tool(read_only=True)
-def list_payees(state: BankState, customer_id: str) -> list[Payee]:
+def list_payees(state: BankState, customer_id: Ref) -> list[Payee]:
     """List the payees a customer has saved (removed ones are left out).
 
     Args:
@@ -585,7 +589,12 @@ def list_payees(state: BankState, customer_id: str) -> list[Payee]:
 
 
 @env.tool(idempotent=True)
-def add_payee(state: BankState, customer_id: str, name: str, iban: str) -> Payee:
+def add_payee(
+    state: BankState,
+    customer_id: Ref,
+    name: Annotated[str, Field(max_length=70)],
+    iban: Annotated[str, Field(max_length=64)],
+) -> Payee:
     """Save an external payee for a customer, so that pay_payee can send money to it.
 
     Adding an IBAN the customer already saved returns that payee instead of a duplicate.
@@ -628,7 +637,7 @@ def add_payee(state: BankState, customer_id: str, name: str, iban: str) -> Payee
 
 
 @env.tool(destructive=True, idempotent=True)
-def remove_payee(state: BankState, payee_id: str) -> Payee:
+def remove_payee(state: BankState, payee_id: Ref) -> Payee:
     """Remove a saved payee; past payments to it stay on the statements.
 
     Args:
@@ -647,8 +656,8 @@ def remove_payee(state: BankState, payee_id: str) -> Payee:
 @env.tool
 def transfer(
     state: BankState,
-    from_account_id: str,
-    to_account_id: str,
+    from_account_id: Ref,
+    to_account_id: Ref,
     amount_cents: Cents,
     memo: Annotated[str, Field(max_length=140)] = "",
 ) -> TransferReceipt:
@@ -706,8 +715,8 @@ def transfer(
 @env.tool
 def pay_payee(
     state: BankState,
-    account_id: str,
-    payee_id: str,
+    account_id: Ref,
+    payee_id: Ref,
     amount_cents: Cents,
     reference: Annotated[str, Field(max_length=140)] = "",
 ) -> Transaction:
@@ -745,7 +754,7 @@ def pay_payee(
 @env.tool(idempotent=True)
 def set_daily_limit(
     state: BankState,
-    account_id: str,
+    account_id: Ref,
     limit_cents: Annotated[int, Field(strict=True, gt=0, le=MAX_DAILY_LIMIT_CENTS)],
 ) -> Balance:
     """Set the daily limit on payments and transfers to other customers from an account.
@@ -760,7 +769,7 @@ def set_daily_limit(
 
 
 @env.tool(read_only=True)
-def list_cards(state: BankState, customer_id: str) -> list[Card]:
+def list_cards(state: BankState, customer_id: Ref) -> list[Card]:
     """List a customer's debit cards (all statuses) with the account each draws on.
 
     Args:
@@ -771,7 +780,7 @@ def list_cards(state: BankState, customer_id: str) -> list[Card]:
 
 
 @env.tool(idempotent=True)
-def freeze_card(state: BankState, card_id: str) -> Card:
+def freeze_card(state: BankState, card_id: Ref) -> Card:
     """Temporarily block a card (e.g. it is misplaced); unfreeze_card undoes it.
 
     Args:
@@ -785,7 +794,7 @@ def freeze_card(state: BankState, card_id: str) -> Card:
 
 
 @env.tool(idempotent=True)
-def unfreeze_card(state: BankState, card_id: str) -> Card:
+def unfreeze_card(state: BankState, card_id: Ref) -> Card:
     """Reactivate a frozen card.
 
     Args:
@@ -804,7 +813,7 @@ def _replacement_hint(card: Card) -> str:
 
 
 @env.tool(destructive=True)
-def report_card_lost(state: BankState, card_id: str) -> Card:
+def report_card_lost(state: BankState, card_id: Ref) -> Card:
     """Cancel a lost or stolen card for good and issue a replacement on the same account.
 
     Returns the new card.
@@ -825,7 +834,7 @@ def report_card_lost(state: BankState, card_id: str) -> Card:
 @env.tool
 def open_account(
     state: BankState,
-    customer_id: str,
+    customer_id: Ref,
     kind: AccountKind,
     currency: Currency,
     name: Annotated[str, Field(min_length=1, max_length=60)],
@@ -865,7 +874,7 @@ def open_account(
 
 
 @env.tool(destructive=True)
-def close_account(state: BankState, account_id: str) -> Account:
+def close_account(state: BankState, account_id: Ref) -> Account:
     """Close an account for good and cancel its cards; its balance must be exactly zero.
 
     Args:

@@ -17,16 +17,25 @@ from pydantic import BaseModel, ConfigDict, Field, NaiveDatetime, field_validato
 
 from envreg.env import Environment, EnvState, ToolError
 
-CalendarId = Annotated[str, Field(pattern=r"^cal_\d{4,}$")]
-ContactId = Annotated[str, Field(pattern=r"^con_\d{4,}$")]
-EventId = Annotated[str, Field(pattern=r"^evt_\d{4,}$")]
-InvitationId = Annotated[str, Field(pattern=r"^inv_\d{4,}$")]
+EMAIL = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
+
+CalendarId = Annotated[str, Field(pattern=r"^cal_\d{4,}$", max_length=64)]
+ContactId = Annotated[str, Field(pattern=r"^con_\d{4,}$", max_length=64)]
+EventId = Annotated[str, Field(pattern=r"^evt_\d{4,}$", max_length=64)]
+InvitationId = Annotated[str, Field(pattern=r"^inv_\d{4,}$", max_length=64)]
+# Sizes are bounded so that one agent cannot grow a shared server's memory (the SDK also caps whole
+# arguments and states): ids the agent passes back (checked against the state, so no pattern here),
+# names and titles, places, free-text notes.
+Ref = Annotated[str, Field(max_length=64)]
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+Email = Annotated[str, Field(pattern=EMAIL, max_length=254)]
+Place = Annotated[str, Field(max_length=500)]
+Notes = Annotated[str, Field(max_length=5000)]
 
 Response = Literal["accepted", "tentative", "declined"]
 AttendeeStatus = Literal["needs_action", "accepted", "tentative", "declined"]
 InvitationStatus = Literal["pending", "accepted", "tentative", "declined"]
 
-EMAIL = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
 MAX_LIST_DAYS = 62
 SLOT_STEP = timedelta(minutes=15)
 
@@ -38,15 +47,15 @@ class _Model(BaseModel):
 class Owner(_Model):
     """The person whose calendar this is."""
 
-    name: str = Field(min_length=1)
-    email: str = Field(pattern=EMAIL)
+    name: Name
+    email: Email
 
 
 class Calendar(_Model):
     """One calendar of the owner (work, personal, ...) or a read-only subscription (holidays)."""
 
     id: CalendarId
-    name: str = Field(min_length=1)
+    name: Name
     color: str = Field(pattern=r"^#[0-9A-F]{6}$", description="Display colour, #RRGGBB.")
     primary: bool = Field(default=False, description="The default calendar for new and accepted events.")
     read_only: bool = Field(
@@ -58,10 +67,10 @@ class Contact(_Model):
     """Someone in the owner's address book."""
 
     id: ContactId
-    name: str = Field(min_length=1)
-    email: str = Field(pattern=EMAIL)
-    company: str = ""
-    phone: str = ""
+    name: Name
+    email: Email
+    company: Annotated[str, Field(max_length=200)] = ""
+    phone: Annotated[str, Field(max_length=40)] = ""
 
 
 class Attendee(_Model):
@@ -76,11 +85,11 @@ class Event(_Model):
 
     id: EventId
     calendar_id: CalendarId
-    title: str = Field(min_length=1)
+    title: Name
     start: NaiveDatetime
     end: NaiveDatetime
-    location: str = ""
-    description: str = ""
+    location: Place = ""
+    description: Notes = ""
     organizer_id: ContactId | None = Field(
         default=None,
         description="The contact who organized it (from an invitation); null when the owner did.",
@@ -111,11 +120,11 @@ class Invitation(_Model):
 
     id: InvitationId
     organizer_id: ContactId
-    title: str = Field(min_length=1)
+    title: Name
     start: NaiveDatetime
     end: NaiveDatetime
-    location: str = ""
-    description: str = ""
+    location: Place = ""
+    description: Notes = ""
     received_at: NaiveDatetime
     status: InvitationStatus = "pending"
     event_id: EventId | None = Field(
@@ -365,7 +374,9 @@ def list_calendars(state: CalendarState) -> list[Calendar]:
 
 
 @env.tool(read_only=True)
-def search_contacts(state: CalendarState, query: Annotated[str, Field(min_length=1)]) -> list[Contact]:
+def search_contacts(
+    state: CalendarState, query: Annotated[str, Field(min_length=1, max_length=200)]
+) -> list[Contact]:
     """Find contacts whose name, email or company contains the query (case and accents are ignored).
 
     Returns every match, sorted by name; an empty list when nothing matches.
@@ -385,7 +396,7 @@ def search_contacts(state: CalendarState, query: Annotated[str, Field(min_length
 
 
 @env.tool(read_only=True)
-def get_contact(state: CalendarState, contact_id: str) -> Contact:
+def get_contact(state: CalendarState, contact_id: Ref) -> Contact:
     """Get one contact's details.
 
     Args:
@@ -396,7 +407,7 @@ def get_contact(state: CalendarState, contact_id: str) -> Contact:
 
 @env.tool(read_only=True)
 def list_events(
-    state: CalendarState, start_day: date, end_day: date | None = None, calendar_id: str | None = None
+    state: CalendarState, start_day: date, end_day: date | None = None, calendar_id: Ref | None = None
 ) -> list[Event]:
     """List the events that take place on the given day or days, earliest first.
 
@@ -427,7 +438,7 @@ def list_events(
 
 
 @env.tool(read_only=True)
-def get_event(state: CalendarState, event_id: str) -> Event:
+def get_event(state: CalendarState, event_id: Ref) -> Event:
     """Get one event with its attendees, organizer and reminder.
 
     Args:
@@ -439,12 +450,12 @@ def get_event(state: CalendarState, event_id: str) -> Event:
 @env.tool
 def create_event(
     state: CalendarState,
-    calendar_id: str,
-    title: Annotated[str, Field(min_length=1, max_length=200)],
+    calendar_id: Ref,
+    title: Name,
     start: NaiveDatetime,
     end: NaiveDatetime,
-    location: str = "",
-    description: str = "",
+    location: Place = "",
+    description: Notes = "",
 ) -> Event:
     """Create an event organized by the owner in one of their calendars.
 
@@ -480,11 +491,11 @@ def create_event(
 @env.tool(idempotent=True)
 def update_event(
     state: CalendarState,
-    event_id: str,
-    title: Annotated[str, Field(min_length=1, max_length=200)] | None = None,
-    location: str | None = None,
-    description: str | None = None,
-    calendar_id: str | None = None,
+    event_id: Ref,
+    title: Name | None = None,
+    location: Place | None = None,
+    description: Notes | None = None,
+    calendar_id: Ref | None = None,
 ) -> Event:
     """Change an event's title, location, description or calendar; omitted fields stay as they are.
 
@@ -517,7 +528,7 @@ def update_event(
 
 @env.tool(idempotent=True)
 def reschedule_event(
-    state: CalendarState, event_id: str, start: NaiveDatetime, end: NaiveDatetime | None = None
+    state: CalendarState, event_id: Ref, start: NaiveDatetime, end: NaiveDatetime | None = None
 ) -> Event:
     """Move an event the owner organized to a new time.
 
@@ -542,7 +553,7 @@ def reschedule_event(
 
 
 @env.tool(destructive=True)
-def delete_event(state: CalendarState, event_id: str) -> DeletedEvent:
+def delete_event(state: CalendarState, event_id: Ref) -> DeletedEvent:
     """Delete an event from its calendar.
 
     Deleting an event that came from an accepted invitation declines that invitation. Events in
@@ -563,7 +574,7 @@ def delete_event(state: CalendarState, event_id: str) -> DeletedEvent:
 
 
 @env.tool
-def invite_attendee(state: CalendarState, event_id: str, contact_id: str) -> Event:
+def invite_attendee(state: CalendarState, event_id: Ref, contact_id: Ref) -> Event:
     """Invite a contact to an event the owner organized; their answer starts as "needs_action".
 
     Args:
@@ -581,7 +592,7 @@ def invite_attendee(state: CalendarState, event_id: str, contact_id: str) -> Eve
 
 
 @env.tool(destructive=True)
-def remove_attendee(state: CalendarState, event_id: str, contact_id: str) -> Event:
+def remove_attendee(state: CalendarState, event_id: Ref, contact_id: Ref) -> Event:
     """Take a contact off the guest list of an event the owner organized.
 
     Args:
@@ -609,7 +620,7 @@ def list_invitations(state: CalendarState, status: InvitationStatus | None = "pe
 
 @env.tool(idempotent=True)
 def respond_to_invitation(
-    state: CalendarState, invitation_id: str, response: Response, calendar_id: str | None = None
+    state: CalendarState, invitation_id: Ref, response: Response, calendar_id: Ref | None = None
 ) -> Invitation:
     """Accept, tentatively accept or decline an invitation.
 
@@ -706,7 +717,7 @@ def find_free_slot(
 
 @env.tool(idempotent=True)
 def set_reminder(
-    state: CalendarState, event_id: str, minutes_before: Annotated[int, Field(ge=0, le=40320)] | None
+    state: CalendarState, event_id: Ref, minutes_before: Annotated[int, Field(ge=0, le=40320)] | None
 ) -> Event:
     """Set (or clear) the owner's reminder for an event.
 
