@@ -4,10 +4,11 @@
 control API, where every route, ``/openapi.json`` included, needs ``Authorization: Bearer <daemon token>``.
 
 Status codes: 400 bad input (malformed body, a disabled tier, a state together with a snapshot),
-401 missing or wrong token, 404 unknown or ended sandbox, unknown snapshot, environment or tool,
-409 a snapshot of another environment, 422 an invalid state (``errors`` lists each problem;
-nothing was changed), 429 the daemon's sandbox limit, 502 the environment server failed,
-503 the Docker engine is unavailable or failed. Every error body is ``{"error": "..."}``.
+401 missing or wrong token, 403 a browser origin not allowed (``--cors-origin``), 404 unknown or ended sandbox, unknown snapshot, environment or tool,
+409 a snapshot of another environment, 421 a Host that is not this daemon's (``--allow-host``),
+422 an invalid state (``errors`` lists each problem; nothing was changed), 429 the daemon's sandbox
+limit, 502 the environment server failed, 503 the Docker engine is unavailable or failed, 504 a
+sandbox gave no answer in time. Every error body is ``{"error": "..."}``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from envreg.runtime import (
     Snapshot,
     SnapshotMismatch,
 )
+from envreg.runtime.access import AccessGuard, shorten
 from envreg.runtime.gateway import PREFIX, Gateway
 
 LOCAL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -63,6 +65,10 @@ class DaemonSettings:
     max_sandboxes: int = 1024
     tiers: tuple[str, ...] = ("instance", "container")
     default_ttl: float | None = None
+    allowed_hosts: tuple[
+        str, ...
+    ] = ()  # Host values beyond loopback at this port (``name:port``, ``name:*``)
+    cors_origins: tuple[str, ...] = ()  # browser origins that may call the API and the gateway
     reserved: int = field(default=0, init=False)  # sandboxes being created right now
 
     @property
@@ -143,7 +149,12 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     def authorized(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
         given = (credentials.credentials if credentials else "").encode()
         if not credentials or not hmac.compare_digest(given, expected):
-            raise HTTPException(401, "missing or wrong daemon token", headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401,
+                "missing or wrong daemon token: send `Authorization: Bearer <token>` with the token in "
+                "$ENVREG_HOME/daemon.json (or the --token / $ENVREG_TOKEN the daemon was started with)",
+                headers={"WWW-Authenticate": 'Bearer realm="envreg daemon"'},
+            )
 
     auth = [Depends(authorized)]
 
@@ -177,8 +188,10 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     # helpers ------------------------------------------------------------------------------------
     def sandbox(sandbox_id: str) -> Sandbox:
         sb = rt.get(sandbox_id)
+        if sb is None and (reason := rt.ended_reason(sandbox_id)):
+            raise ApiError(404, f"sandbox {sandbox_id} has ended: {reason}")
         if sb is None:
-            raise ApiError(404, f"no sandbox {sandbox_id!r}: it never existed or it has ended")
+            raise ApiError(404, f"no sandbox {shorten(sandbox_id)!r}: it never existed or it has ended")
         if sb.ended is not None:
             raise ApiError(404, f"sandbox {sandbox_id} has ended: {sb.ended}")
         return sb
@@ -496,13 +509,21 @@ def _add_links(doc: dict[str, Any]) -> None:
 
 
 class DaemonApp:
-    """One ASGI app: ``/sandboxes/<id>/mcp`` to the gateway, the rest to the control API."""
+    """One ASGI app: ``/sandboxes/<id>/mcp`` to the gateway, the rest to the control API.
 
-    def __init__(self, api: FastAPI, gateway: Gateway) -> None:
+    Both are behind one `AccessGuard` (Host / Origin checks, CORS for the allowed browser origins).
+    """
+
+    def __init__(self, api: FastAPI, gateway: Gateway, settings: DaemonSettings | None = None) -> None:
         self.api = api
         self.gateway = gateway
+        settings = settings or DaemonSettings(token="")
+        self.guarded = AccessGuard(self.route, settings.allowed_hosts, settings.cors_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.guarded(scope, receive, send)
+
+    async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(PREFIX):
             await self.gateway(scope, receive, send)
         else:
@@ -511,4 +532,4 @@ class DaemonApp:
 
 def create_app(rt: Runtime, settings: DaemonSettings, http: httpx2.AsyncClient) -> DaemonApp:
     """The daemon app over an entered Runtime; `http` is the gateway's upstream client."""
-    return DaemonApp(create_api(rt, settings), Gateway(rt.get, http))
+    return DaemonApp(create_api(rt, settings), Gateway(rt.get, http, ended=rt.ended_reason), settings)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from functools import cache
 from typing import Any, Literal
@@ -18,6 +20,7 @@ from envreg.runtime.snapshots import Snapshot, SnapshotStore
 
 Isolation = Literal["local", "instance", "container"]
 TIERS = ("local", "instance", "container")
+ENDED_KEPT = 4096
 
 
 @cache
@@ -42,6 +45,8 @@ class Runtime:
     `pool` gives warm-pool sizes per tier (or per ``"<tier>:<image id>"``); a pool is refilled in the
     background from its first acquire on, and `warm()` fills one at once. The Docker tiers need the
     runtime entered as a context manager: leaving it removes every container and network it made.
+    The gateway answers ``127.0.0.1``/``localhost``/``[::1]`` at its port and `allowed_hosts`
+    (``name:port`` or ``name:*``); browser pages at `cors_origins` may call it (none by default).
     """
 
     def __init__(
@@ -56,6 +61,8 @@ class Runtime:
         gateway_port: int = 0,
         instances_per_container: int = 256,
         limits: Any = None,
+        allowed_hosts: Sequence[str] = (),
+        cors_origins: Sequence[str] = (),
     ) -> None:
         self.id = "rt_" + secrets.token_hex(6)
         self.snapshots = snapshots or SnapshotStore()
@@ -67,6 +74,8 @@ class Runtime:
         self.gateway_host = gateway_host
         self.gateway_port = gateway_port
         self.gateway_url: str | None = None
+        self.allowed_hosts = tuple(allowed_hosts)
+        self.cors_origins = tuple(cors_origins)
         self.instances_per_container = instances_per_container
         self.limits = limits
         self._environments: dict[str, Environment] = {}
@@ -79,6 +88,7 @@ class Runtime:
         self._docker_lock = anyio.Lock()
         self._events: Any = None
         self._gateway: Any = None
+        self._ended: OrderedDict[str, str] = OrderedDict()  # why recent sandboxes ended, for their URLs
 
     async def __aenter__(self) -> Runtime:
         self._stack = AsyncExitStack()
@@ -184,8 +194,15 @@ class Runtime:
     def get(self, sandbox_id: str) -> Sandbox | None:
         return self.sandboxes.get(sandbox_id)
 
+    def ended_reason(self, sandbox_id: str) -> str | None:
+        """Why a sandbox of this runtime ended ("its lease expired", ...), for the last few thousand."""
+        return self._ended.get(sandbox_id)
+
     def _forget(self, sandbox: Sandbox) -> None:
         self.sandboxes.pop(sandbox.id, None)
+        self._ended[sandbox.id] = sandbox.ended or "closed"
+        if len(self._ended) > ENDED_KEPT:
+            self._ended.popitem(last=False)
 
     # docker tiers ------------------------------------------------------------------------------
     async def resolve_image(self, ref: str) -> str:
@@ -263,11 +280,12 @@ class Runtime:
     async def _serve_gateway(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         import uvicorn
 
+        from envreg.runtime.access import AccessGuard
         from envreg.runtime.gateway import Gateway, QuietServer
 
-        gateway = self._gateway = Gateway(self.get, self._http)
+        gateway = self._gateway = Gateway(self.get, self._http, ended=self.ended_reason)
         config = uvicorn.Config(
-            gateway,
+            AccessGuard(gateway, self.allowed_hosts, self.cors_origins),
             host=self.gateway_host,
             port=self.gateway_port,
             lifespan="off",
@@ -302,6 +320,8 @@ class Runtime:
     async def close(self) -> None:
         """Release every sandbox, container and network this runtime holds."""
         with anyio.CancelScope(shield=True):
+            if self._gateway is not None:
+                self._gateway.end_streams()
             async with anyio.create_task_group() as tg:
                 for sandbox in list(self.sandboxes.values()):
                     tg.start_soon(sandbox.close)
