@@ -4,11 +4,12 @@
 control API, where every route, ``/openapi.json`` included, needs ``Authorization: Bearer <daemon token>``.
 
 Status codes: 400 bad input (malformed body, a disabled tier, a state together with a snapshot),
-401 missing or wrong token, 403 a browser origin not allowed (``--cors-origin``), 404 unknown or ended sandbox, unknown snapshot, environment or tool,
-409 a snapshot of another environment, 421 a Host that is not this daemon's (``--allow-host``),
-422 an invalid state (``errors`` lists each problem; nothing was changed), 429 the daemon's sandbox
-limit, 502 the environment server failed, 503 the Docker engine is unavailable or failed, 504 a
-sandbox gave no answer in time. Every error body is ``{"error": "..."}``.
+401 missing or wrong token, 403 a browser origin not allowed (``--cors-origin``), 404 unknown or
+ended sandbox, unknown snapshot, environment or tool, 409 a snapshot of another environment,
+421 a Host that is not this daemon's (``--allow-host``), 422 an invalid state (``errors`` lists
+each problem; nothing was changed), 429 the daemon's sandbox limit, 502 the environment server
+failed, 503 the Docker engine is unavailable or failed, 504 a sandbox gave no answer in time.
+Every error body is ``{"error": "..."}``.
 """
 
 from __future__ import annotations
@@ -65,10 +66,9 @@ class DaemonSettings:
     max_sandboxes: int = 1024
     tiers: tuple[str, ...] = ("instance", "container")
     default_ttl: float | None = None
-    allowed_hosts: tuple[
-        str, ...
-    ] = ()  # Host values beyond loopback at this port (``name:port``, ``name:*``)
-    cors_origins: tuple[str, ...] = ()  # browser origins that may call the API and the gateway
+    # Host values beyond loopback at this port (``name:port``, ``name:*``); browser origins (CORS)
+    allowed_hosts: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = ()
     reserved: int = field(default=0, init=False)  # sandboxes being created right now
 
     @property

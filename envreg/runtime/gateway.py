@@ -113,7 +113,8 @@ class Gateway:
         except BodyTooLarge:
             await send_error(send, 413, f"request body over the {self.max_body} byte limit")
             return
-        headers = [(k, v) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
+        # values without surrounding whitespace, as RFC 9110 5.5 parses them (`Mcp-Name:  x ` is `x`)
+        headers = [(k, v.strip(b" \t")) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
         query = f"?{scope['query_string'].decode()}" if scope.get("query_string") else ""
         if scope["method"] == "POST":
             await self._post(sandbox, sandbox.path + query, headers, body, receive, send)
