@@ -9,11 +9,14 @@ import anyio
 import httpx2
 import psutil
 import pytest
+import uvicorn
 from gateway_helpers import LEGACY, LIST, MODERN, legacy_client
 from mcp_helpers import mcp_client
 
 from envreg.runtime import Runtime
+from envreg.runtime.access import AccessGuard
 from envreg.runtime.docker_backend import AGENT_PORT
+from envreg.runtime.gateway import Gateway, QuietServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -114,14 +117,9 @@ async def test_errors_say_what_to_do_and_never_echo_huge_ids() -> None:
 
 
 async def test_a_hung_sandbox_answers_504_naming_the_wait() -> None:
-    from envreg.runtime.access import AccessGuard
-    from envreg.runtime.gateway import Gateway, QuietServer
-
     async with Runtime() as rt, httpx2.AsyncClient(timeout=30) as http:
         sb = await rt.sandbox("calendar", isolation="container")
         gateway = Gateway(rt.get, http, timeout=1.5)
-        import uvicorn
-
         server = QuietServer(
             uvicorn.Config(AccessGuard(gateway), port=0, log_level="warning", lifespan="off")
         )
