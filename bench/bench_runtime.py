@@ -222,12 +222,12 @@ async def bench_acquire(args: argparse.Namespace, R: dict) -> None:
             log(f"acquire: warming {n} on the {tier} tier")
             t0 = clock()
             await rt.warm(args.image, tier, n)
-            pool = rt._pools.warm_instances if tier == "instance" else rt._pools.warm_containers
-            image_id = await rt.resolve_image(args.image)
+            spec = await rt.resolve(args.image, tier)
+            pool = rt._isolated.warm[spec.key, tier == "container"]
             R[f"warm_fill_{tier}"] = (n, clock() - t0)
             rt.pool_sizes.clear()  # refill target 0: no background refill while acquires are timed
             acq, first, held = [], [], []
-            before = len(pool[image_id])
+            before = len(pool)
             for _ in range(n):
                 t0 = clock()
                 sb = await rt.sandbox(args.image, isolation=tier)
@@ -239,7 +239,7 @@ async def bench_acquire(args: argparse.Namespace, R: dict) -> None:
                 first.append(t2 - t0)
                 held.append(sb)
             R[f"acquire_{tier}"], R[f"first_call_{tier}"] = acq, first
-            R[f"misses_{tier}"] = n - (before - len(pool[image_id]))
+            R[f"misses_{tier}"] = n - (before - len(pool))
             await close_all(held)
         log(f"acquire: {args.cold_runs} cold container-tier acquires (no pool)")
         cold, cold_first = [], []
@@ -268,8 +268,6 @@ async def bench_acquire(args: argparse.Namespace, R: dict) -> None:
 
 
 async def bench_gateway(args: argparse.Namespace, R: dict) -> None:
-    from envreg.runtime.docker_backend import AGENT_PORT
-
     tool, arguments = TOOLS[args.env]
     rows = []
     async with Runtimes.new() as rt:
@@ -277,7 +275,7 @@ async def bench_gateway(args: argparse.Namespace, R: dict) -> None:
             sb = await rt.sandbox(args.image, isolation=tier)
             gw_host, gw_port = rt.gateway_url.removeprefix("http://").rsplit(":", 1)
             for path_name, host, port, path, token in (
-                ("direct", sb.container.ip, AGENT_PORT, sb.path, ""),
+                ("direct", sb.upstream.host, sb.upstream.port, sb.upstream.path, sb.upstream.token),
                 ("gateway", gw_host, int(gw_port), f"/sandboxes/{sb.id}/mcp", sb.token),
             ):
                 log(f"gateway: {args.calls} calls, {tier} tier, {path_name}")
@@ -390,7 +388,7 @@ async def density_tier(args: argparse.Namespace, tier: str, target: int) -> dict
             for sb in held:
                 tg.start_soon(call, sb)
         call_s = clock() - t0
-        containers = sorted({sb.container.id for sb in held})
+        containers = sorted({sb.server.id for sb in held})
         log(f"density: docker stats on {len(containers)} containers")
         mem = await asyncio.to_thread(container_memory, containers)
         alive, acquired = sum(not sb.ended for sb in held), len(held)

@@ -1,15 +1,23 @@
-"""Is the Docker engine usable? Clear errors that say how to fix it (`scripts/setup-docker`)."""
+"""The Docker engine: the one place envreg makes a Docker client, checks the engine, and translates its errors.
+
+Clear errors that say how to fix it (`scripts/setup-docker`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+from envreg.errors import EngineError, ImageNotFound
 
 SETUP = "scripts/setup-docker"
 
 
-class EngineUnavailable(RuntimeError):
+class EngineUnavailable(EngineError):
     """The Docker engine (or buildx) cannot be used; the message says why and how to fix it."""
 
 
@@ -57,3 +65,32 @@ def require_engine(*, buildx: bool = False) -> None:
 
 def engine_available(*, buildx: bool = False) -> bool:
     return engine_problem(buildx=buildx) is None
+
+
+def docker_client(timeout: int = 60) -> Any:
+    """A Docker SDK client for the engine `DOCKER_HOST` names; `EngineUnavailable` when it does not answer."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise EngineUnavailable(f"the Docker engine is not usable ({exc}): {_fix_hint()}") from None
+    return client
+
+
+@contextlib.contextmanager
+def engine_errors(doing: str) -> Iterator[None]:
+    """Docker SDK errors raised inside as `EngineError` / `ImageNotFound` saying what was being done."""
+    import docker.errors
+
+    try:
+        yield
+    except docker.errors.ImageNotFound as exc:
+        raise ImageNotFound(
+            f"{doing}: {exc.explanation or exc}", "build it (`envreg build`) or pull it"
+        ) from None
+    except docker.errors.APIError as exc:
+        raise EngineError(f"{doing}: Docker engine: {exc.explanation or exc}") from None
+    except docker.errors.DockerException as exc:
+        raise EngineError(f"{doing}: Docker engine unavailable: {exc}", _fix_hint()) from None

@@ -12,6 +12,7 @@ import httpx2
 from envreg.canonical import canonical_json, sha256_hex
 from envreg.env import Scenario, states_equal
 from envreg.env.scenario import CallOutcome, run_steps
+from envreg.protocol import MCP_SESSION_VERSION, MCP_VERSION
 from envreg.runtime import Sandbox
 
 
@@ -41,7 +42,7 @@ async def play(
     scenario: Scenario,
     volatile: tuple[str, ...] = (),
     on_call: Callable[[str, dict[str, Any], CallOutcome], None] | None = None,
-    protocol: str = "2026-07-28",
+    protocol: str = MCP_VERSION,
 ) -> EpisodeReport:
     """Drive the scenario's calls through the sandbox's MCP URL with the `mcp` SDK client."""
     from mcp import Client
@@ -53,7 +54,9 @@ async def play(
     headers = {"authorization": f"Bearer {sandbox.token}"}
     async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
         transport = streamable_http_client(sandbox.mcp_url, http_client=http)
-        async with Client(transport, mode=protocol if protocol != "2025-11-25" else "legacy") as client:
+        async with Client(
+            transport, mode=protocol if protocol != MCP_SESSION_VERSION else "legacy"
+        ) as client:
             await client.list_tools()
 
             async def call(tool: str, arguments: dict[str, Any]) -> CallOutcome:

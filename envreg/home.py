@@ -1,12 +1,5 @@
-"""Where envreg keeps its data: ``$ENVREG_HOME`` (default ``~/.envreg``)."""
+"""Where envreg keeps its data (kept for the registry modules; `envreg.config` owns it)."""
 
-from __future__ import annotations
+from envreg.config import envreg_home
 
-import os
-from pathlib import Path
-
-
-def envreg_home() -> Path:
-    home = Path(os.environ.get("ENVREG_HOME") or Path.home() / ".envreg")
-    home.mkdir(parents=True, exist_ok=True)
-    return home
+__all__ = ["envreg_home"]

@@ -10,10 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envreg.canonical import digest
 from envreg.env import Environment, load_scenarios
+from envreg.protocol import AGENT_PORT, CONTROL_PORT
 
 MANIFEST_SCHEMA_VERSION = 1
-AGENT_PORT = 8000
-CONTROL_PORT = 8001
 
 
 class ToolSpec(BaseModel):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,30 +59,81 @@ CRASHING_RUNTIME = textwrap.dedent(
 )
 
 
-def test_gc_removes_what_a_killed_runtime_left(tmp_path: Path) -> None:
+def start_runtime(home: Path, *wrapper: str) -> tuple[subprocess.Popen[str], str]:
+    """A runtime in another process (optionally under `wrapper`, e.g. in its own pid namespace)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", CRASHING_RUNTIME],
-        env={**os.environ, "ENVREG_HOME": str(tmp_path)},
+        [*wrapper, sys.executable, "-c", CRASHING_RUNTIME],
+        env={**os.environ, "ENVREG_HOME": str(home)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        line = proc.stdout.readline()
-        assert line.endswith("ready\n"), line + proc.stderr.read()
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    label = f"io.envreg.runtime={line.split()[0]}"
-    assert len(docker_ids("container", label)) == 4  # 3 own containers + 1 shared by instances
+    line = proc.stdout.readline()
+    if not line.endswith("ready\n"):
+        proc.kill()
+        raise AssertionError(line + proc.stderr.read())
+    return proc, f"io.envreg.runtime={line.split()[0]}"
+
+
+def keeper_stopped(label: str) -> bool:
+    out = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--filter",
+            f"label={label}",
+            "--filter",
+            "label=io.envreg.keeper",
+            "--format",
+            "{{.State}}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip() in ("exited", "")
+
+
+def test_gc_removes_what_a_killed_runtime_left(tmp_path: Path) -> None:
+    proc, label = start_runtime(tmp_path)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # 3 own containers + 1 shared by instances + the runtime's keeper
+    assert len(docker_ids("container", label)) == 5
     assert len(docker_ids("network", label)) == 1
-    result = envreg(tmp_path, "gc")
+    deadline = time.monotonic() + 10
+    while not keeper_stopped(label) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert keeper_stopped(label), "the keeper outlived its runtime's connection"
+    within_grace = envreg(tmp_path, "gc")  # gone for less than the grace period: left alone
+    assert within_grace.returncode == 0 and label.split("=")[1] not in within_grace.stdout
+    assert len(docker_ids("container", label)) == 5
+    result = envreg(tmp_path, "gc", "--grace", "0")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("removed container") >= 4 and "removed network" in result.stdout
+    assert result.stdout.count("removed container") >= 5 and "removed network" in result.stdout
     assert docker_ids("container", label) == []
     assert docker_ids("network", label) == []
-    again = envreg(tmp_path, "gc")  # nothing of that runtime is left to remove
-    assert again.returncode == 0 and line.split()[0] not in again.stdout
+    again = envreg(tmp_path, "gc", "--grace", "0")  # nothing of that runtime is left to remove
+    assert again.returncode == 0 and label.split("=")[1] not in again.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_gc_leaves_a_live_runtime_in_another_pid_namespace_alone(tmp_path: Path) -> None:
+    """A runtime in another container or host is invisible in this host's process table: its keeper
+    tells that it lives."""
+    proc, label = start_runtime(tmp_path, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
+    try:
+        assert envreg(tmp_path, "gc", "--grace", "0").returncode == 0
+        assert len(docker_ids("container", label)) == 5, "gc removed a live runtime's sandboxes"
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while not keeper_stopped(label) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert envreg(tmp_path, "gc", "--grace", "0").returncode == 0
+    assert docker_ids("container", label) == [] and docker_ids("network", label) == []
 
 
 @pytest.fixture
@@ -173,8 +225,8 @@ async def test_run_in_the_foreground_until_ctrl_c(tmp_path: Path) -> None:
         async with mcp_client(sb["mcp_url"], "2025-11-25", token=sb["token"]) as client:
             result = await client.call_tool("list_calendars", {})
             assert not result.is_error
-        label = f"io.envreg.runtime.pid={proc.pid}"
-        assert len(docker_ids("container", label)) == 1
+        label = f"io.envreg.runtime={sb['runtime']}"
+        assert len(docker_ids("container", label)) == 2  # the sandbox's container and the runtime's keeper
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0, proc.stderr.read()
         assert f"removed sandbox {sb['id']}" in proc.stderr.read()

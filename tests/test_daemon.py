@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -62,8 +63,12 @@ async def test_sandbox_over_the_gateway_in_both_eras(daemon: DaemonProcess, isol
     sb = create(daemon, isolation=isolation)
     assert sb["mcp_url"] == f"{daemon.url}/sandboxes/{sb['id']}/mcp" and sb["token"]
     assert sb["env"] == "calendar" and sb["env_digest"].startswith("sha256:")
-    assert daemon.ok("GET", f"/v1/sandboxes/{sb['id']}") == sb
-    assert sb["id"] in {s["id"] for s in daemon.ok("GET", "/v1/sandboxes")}
+    assert daemon.ok("GET", f"/v1/sandboxes/{sb['id']}?tokens=true") == sb
+    assert daemon.ok("GET", f"/v1/sandboxes/{sb['id']}") == {**sb, "token": None}  # tokens only when asked
+    listed = {s["id"]: s for s in daemon.ok("GET", "/v1/sandboxes")}
+    assert listed[sb["id"]]["token"] is None
+    tokens = {s["id"]: s["token"] for s in daemon.ok("GET", "/v1/sandboxes?tokens=true")}
+    assert tokens[sb["id"]] == sb["token"]
     rest = daemon.ok("POST", f"/v1/sandboxes/{sb['id']}/call", {"name": "list_calendars"})
     for era in ERAS:
         async with mcp_client(sb["mcp_url"], era, token=sb["token"]) as client:
@@ -106,7 +111,7 @@ def test_snapshot_restore_and_fork(daemon: DaemonProcess) -> None:
     sid = sb["id"]
     daemon.ok("POST", f"/v1/sandboxes/{sid}/call", {"name": "create_event", "arguments": EVENT})
     snap = daemon.ok("POST", f"/v1/sandboxes/{sid}/snapshot", status=201)
-    assert snap["id"] == f"sha256:{snap['sha256']}" and snap["env"] == "calendar"
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", snap["id"]) and snap["env"] == "calendar"
     assert snap["env_digest"] == sb["env_digest"]
     assert daemon.ok("GET", f"/v1/sandboxes/{sid}/state")["sha256"] == snap["sha256"]
     reset = daemon.ok("POST", f"/v1/sandboxes/{sid}/reset")
@@ -115,7 +120,7 @@ def test_snapshot_restore_and_fork(daemon: DaemonProcess) -> None:
     assert restored["sha256"] == snap["sha256"]
     # a unique prefix names a snapshot too
     assert (
-        daemon.ok("POST", f"/v1/sandboxes/{sid}/restore", {"snapshot": snap["sha256"][:12]})["sha256"]
+        daemon.ok("POST", f"/v1/sandboxes/{sid}/restore", {"snapshot": snap["id"][:19]})["sha256"]
         == snap["sha256"]
     )
     for isolation in ("instance", "container"):

@@ -13,9 +13,9 @@ import uvicorn
 from gateway_helpers import LEGACY, LIST, MODERN, legacy_client
 from mcp_helpers import mcp_client
 
+from envreg.errors import UpstreamTimeout
 from envreg.runtime import Runtime
 from envreg.runtime.access import AccessGuard
-from envreg.runtime.docker_backend import AGENT_PORT
 from envreg.runtime.gateway import Gateway, QuietServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -129,13 +129,18 @@ async def test_a_hung_sandbox_answers_504_naming_the_wait() -> None:
                 await anyio.sleep(0.01)
             url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/sandboxes/{sb.id}/mcp"
             assert (await http.post(url, json=LIST, headers=auth(sb))).status_code == 200
-            subprocess.run(["docker", "pause", sb.container.id], check=True, capture_output=True)
+            subprocess.run(["docker", "pause", sb.server.id], check=True, capture_output=True)
             try:
                 started = time.monotonic()
                 r = await http.post(url, json=LIST, headers=auth(sb))
                 waited = time.monotonic() - started
+                # the runtime's own client (Python API, daemon REST) says the same, as a 504 error
+                rt._http.timeout = httpx2.Timeout(1.5)
+                with pytest.raises(UpstreamTimeout, match=r"no answer in 1\.5 s") as info:
+                    await sb.call_tool("list_calendars", {})
+                assert info.value.status == 504 and sb.ended is None
             finally:
-                subprocess.run(["docker", "unpause", sb.container.id], check=True, capture_output=True)
+                subprocess.run(["docker", "unpause", sb.server.id], check=True, capture_output=True)
             assert r.status_code == 504, r.text
             assert r.json()["error"] == f"sandbox {sb.id}: no answer in 1.5 s; the call may still complete"
             assert 1.4 < waited < 10
@@ -152,10 +157,7 @@ def upstream_connections(sb) -> int:
     return sum(
         1
         for c in psutil.Process().net_connections(kind="tcp")
-        if c.raddr
-        and c.raddr.ip == sb.container.ip
-        and c.raddr.port == AGENT_PORT
-        and c.status == "ESTABLISHED"
+        if c.raddr and (c.raddr.ip, c.raddr.port) == sb.server.agent_address and c.status == "ESTABLISHED"
     )
 
 

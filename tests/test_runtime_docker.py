@@ -119,7 +119,7 @@ async def test_snapshot_restore_and_forks(isolation) -> None:
 async def test_sandbox_containers_are_hardened() -> None:
     async with Runtime() as rt:
         sb = await rt.sandbox("calendar", isolation="container")
-        attrs = docker.from_env().containers.get(sb.container.id).attrs
+        attrs = docker.from_env().containers.get(sb.server.id).attrs
         host = attrs["HostConfig"]
         assert attrs["Config"]["User"] == "65534:65534"
         assert host["ReadonlyRootfs"] is True
@@ -128,8 +128,8 @@ async def test_sandbox_containers_are_hardened() -> None:
         assert host["PidsLimit"] > 0 and host["Memory"] > 0 and host["NanoCpus"] > 0
         assert not host.get("PortBindings")
         networks = attrs["NetworkSettings"]["Networks"]
-        assert list(networks) == [rt._docker.network_name]
-        net = docker.from_env().networks.get(rt._docker.network_name).attrs
+        assert list(networks) == [rt.backend.network_name]
+        net = docker.from_env().networks.get(rt.backend.network_name).attrs
         assert net["Internal"] is True
         assert attrs["Config"]["Labels"]["io.envreg.runtime"] == rt.id
         assert attrs["Config"]["Labels"]["io.envreg.lease"].startswith("ls_")
@@ -140,7 +140,7 @@ async def test_a_killed_container_fails_the_next_call_fast() -> None:
     async with Runtime() as rt:
         sb = await rt.sandbox("calendar", isolation="container")
         await sb.call_tool("list_calendars")
-        docker.from_env().containers.get(sb.container.id).kill()
+        docker.from_env().containers.get(sb.server.id).kill()
         started = time.monotonic()
         with pytest.raises(SandboxGone, match=r"ended|container"):
             for _ in range(50):
@@ -152,7 +152,7 @@ async def test_a_killed_container_fails_the_next_call_fast() -> None:
 async def test_an_expired_lease_is_reclaimed() -> None:
     async with Runtime(reap_interval=0.1) as rt:
         sb = await rt.sandbox("calendar", isolation="container", ttl=0.5)
-        container_id = sb.container.id
+        container_id = sb.server.id
         url, token = sb.mcp_url, sb.token
         await anyio.sleep(1.5)
         assert sb.ended == "its lease expired"

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 from conftest import COUNTER
 
+from envreg.canonical import canonical_json, sha256_hex
 from envreg.env import UnknownToolError, load_environment, load_scenarios
 from envreg.env.scenario import CallOutcome, run_steps
-from envreg.runtime import InvalidState, Runtime, SnapshotMismatch, SyncRuntime
+from envreg.errors import BadRequest
+from envreg.runtime import (
+    InvalidState,
+    Runtime,
+    SnapshotCorrupt,
+    SnapshotMismatch,
+    SnapshotStore,
+    SyncRuntime,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -58,7 +70,8 @@ async def test_snapshots_are_content_addressed_and_reloadable(envreg_home) -> No
         a, b = await rt.sandbox(COUNTER), await rt.sandbox(COUNTER)
         sa, sb_ = await a.snapshot(), await b.snapshot()
         assert sa.sha256 == sb_.sha256 == await a.state_sha256()
-        assert (envreg_home / "snapshots" / f"{sa.sha256}.json").is_file()
+        assert sa.id == sb_.id  # same environment, same state: one snapshot
+        assert (envreg_home / "snapshots" / f"{sa.address}.json").is_file()
         assert rt.snapshots.get(sa.id[:15]) == sa
 
 
@@ -113,3 +126,41 @@ def test_sync_wrapper() -> None:
         snap = sb.snapshot()
         forks = rt.fork(snap, 2)
         assert [f.call_tool("get").value for f in forks] == [2, 2]
+
+
+async def test_a_tampered_snapshot_never_loads_even_with_its_inner_hash_updated(envreg_home) -> None:
+    async with Runtime() as rt:
+        sb = await rt.sandbox(COUNTER)
+        await sb.call_tool("increment", {"by": 2})
+        snap = await sb.snapshot()
+        path = envreg_home / "snapshots" / f"{snap.address}.json"
+        data = json.loads(path.read_text())
+        data["state"]["value"] = 1000
+        data["meta"]["sha256"] = sha256_hex(canonical_json(data["state"]))  # a careful forger
+        path.write_text(json.dumps(data))
+        with pytest.raises(SnapshotCorrupt, match="altered"):
+            rt.snapshots.get(snap.id)
+        with pytest.raises(SnapshotCorrupt):
+            await sb.restore(snap.id)
+        assert (await sb.state())["value"] == 2
+
+
+async def test_equal_states_of_two_environments_are_two_snapshots(envreg_home, tmp_path) -> None:
+    twin = tmp_path / "counter_twin"
+    shutil.copytree(COUNTER, twin)
+    (twin / "env.py").write_text((twin / "env.py").read_text().replace('"counter"', '"counter_twin"'))
+    async with Runtime() as rt:
+        a, b = await rt.sandbox(COUNTER), await rt.sandbox(str(twin))
+        assert await a.state() == await b.state()
+        sa, sb_ = await a.snapshot(), await b.snapshot()
+        assert sa.sha256 == sb_.sha256 and sa.id != sb_.id
+        await b.restore(sb_.id)  # each restores its own; neither is refused as the other's
+        await a.restore(sa.id)
+        with pytest.raises(SnapshotMismatch):
+            await a.restore(sb_.id)
+
+
+@pytest.mark.parametrize("ref", ["../x", "../../etc/passwd", "sha256:", "SHA256:ABC", "zz" * 32, "abc"])
+def test_snapshot_ids_are_hex_addresses_or_prefixes(envreg_home, ref) -> None:
+    with pytest.raises(BadRequest, match="not a snapshot id"):
+        SnapshotStore().get(ref)

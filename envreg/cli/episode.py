@@ -8,6 +8,8 @@ import anyio
 import typer
 from rich.console import Console
 
+from envreg.protocol import MCP_SESSION_VERSION, MCP_VERSION
+
 console = Console(soft_wrap=True)
 
 
@@ -19,7 +21,9 @@ def episode(
     isolation: Annotated[
         str, typer.Option(help="container or instance (Docker), through the gateway.")
     ] = "container",
-    protocol: Annotated[str, typer.Option(help="MCP protocol: 2026-07-28 or 2025-11-25.")] = "2026-07-28",
+    protocol: Annotated[
+        str, typer.Option(help=f"MCP protocol: {MCP_VERSION} or {MCP_SESSION_VERSION}.")
+    ] = MCP_VERSION,
 ) -> None:
     """Play a scenario's calls as a scripted agent over MCP in a sandbox; print calls, state hash, reward."""
     from envreg.env import load_environment, load_scenarios

@@ -10,6 +10,7 @@ from envreg.cli import manifest as manifest_cmd
 from envreg.cli import registry as registry_cmd
 from envreg.cli import runtime as runtime_cmd
 from envreg.cli import serve_env as serve_env_cmd
+from envreg.cli import synth as synth_cmd
 
 app = typer.Typer(
     name="envreg",
@@ -25,6 +26,7 @@ manifest_cmd.register(app)
 runtime_cmd.register(app)
 registry_cmd.register(app)
 serve_env_cmd.register(app)
+synth_cmd.register(app)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from envreg.protocol import TIERS
+from envreg.runtime.backends.docker_keeper import DEFAULT_GRACE
+
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-TIERS = ("local", "instance", "container")
 FOREVER = 10 * 365 * 24 * 3600.0
 
 
@@ -285,24 +287,22 @@ def _run_foreground(
 ) -> None:
     import anyio
 
-    from envreg.runtime import EngineError, InvalidState, Runtime, SnapshotMismatch
+    from envreg.errors import EnvregError, InvalidState
+    from envreg.runtime import Runtime
 
     async def main() -> None:
         async with Runtime(gateway=True, gateway_port=port, lease_ttl=ttl or FOREVER, **access) as rt:
             start: Any = state
-            if snapshot is not None:
-                try:
-                    start = rt.snapshots.get(snapshot)
-                except KeyError as exc:
-                    raise fail(str(exc.args[0])) from None
             try:
+                if snapshot is not None:
+                    start = rt.snapshots.get(snapshot)
                 sb = await rt.sandbox(env, isolation=isolation, state=start, ttl=ttl)  # type: ignore[arg-type]
             except InvalidState as exc:
                 detail = "".join(
                     f"\n  {'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" for e in exc.errors[:10]
                 )
                 raise fail(f"the initial state was refused{detail}") from None
-            except (EngineError, SnapshotMismatch) as exc:
+            except EnvregError as exc:
                 raise fail(str(exc)) from None
             _print_sandbox(
                 {
@@ -313,6 +313,7 @@ def _run_foreground(
                     "mcp_url": sb.mcp_url,
                     "token": sb.token,
                     "expires_at": sb.expires_at,
+                    "runtime": rt.id,
                 },
                 as_json,
                 detached=False,
@@ -398,16 +399,26 @@ def gc(
     everything: Annotated[
         bool, typer.Option("--all", help="Remove every envreg container and network, live runtimes' too.")
     ] = False,
+    grace: Annotated[
+        float, typer.Option(help="Seconds a runtime's keeper must have been gone before its resources go.")
+    ] = DEFAULT_GRACE,
 ) -> None:
-    """Remove envreg containers and networks whose runtime has died (or whose hard expiry passed)."""
-    from envreg.docker_engine import engine_problem
-    from envreg.runtime.docker_backend import collect_garbage
+    """Remove envreg containers and networks whose runtime has ended (or whose hard expiry passed).
 
-    if problem := engine_problem():
-        raise fail(f"{problem}: start it with `scripts/setup-docker`")
+    A runtime is alive while its keeper container runs: the keeper exits when the runtime's connection
+    to the engine closes, wherever that runtime runs (this host, another container, another host).
+    """
+    from envreg.docker_engine import docker_client
+    from envreg.errors import EnvregError
+    from envreg.runtime.backends.docker_keeper import collect_garbage
+
+    try:
+        client = docker_client()
+    except EnvregError as exc:
+        raise fail(f"{exc}") from None
     if everything:
         err.print("[yellow]warning:[/] --all removes the containers of live runtimes and daemons too")
-    containers, networks = collect_garbage(everything=everything)
+    containers, networks = collect_garbage(client, everything=everything, grace=grace)
     for name in containers:
         print(f"removed container {name}")
     for name in networks:

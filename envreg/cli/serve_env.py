@@ -7,11 +7,13 @@ from typing import Annotated
 
 import typer
 
+from envreg.protocol import AGENT_PORT, CONTROL_PORT
+
 
 def serve_env(
     env: Annotated[str, typer.Argument(help="Environment folder or name under ./images.")],
-    port: Annotated[int, typer.Option(help="Agent plane (MCP) port.")] = 8000,
-    control_port: Annotated[int, typer.Option(help="Control plane port.")] = 8001,
+    port: Annotated[int, typer.Option(help="Agent plane (MCP) port.")] = AGENT_PORT,
+    control_port: Annotated[int, typer.Option(help="Control plane port.")] = CONTROL_PORT,
     token: Annotated[
         str | None,
         typer.Option(help="Control plane bearer token (default: $ENVREG_TOKEN).", show_default=False),
@@ -25,13 +27,22 @@ def serve_env(
     preload_sdk: Annotated[
         bool, typer.Option(help="Import the mcp SDK at start instead of on the first request that needs it.")
     ] = False,
+    agent_token: Annotated[
+        str | None,
+        typer.Option(
+            help="Require this bearer token on the MCP agent plane too (default: $ENVREG_AGENT_TOKEN; "
+            "sandbox containers always get one, known only to the runtime and its gateway).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve an environment over MCP streamable HTTP, with a token-protected control plane."""
+    from envreg.protocol import ENV_AGENT_TOKEN, ENV_TOKEN
     from envreg.server.app import ServerConfig, serve
 
-    token = token or os.environ.get("ENVREG_TOKEN")
+    token = token or os.environ.get(ENV_TOKEN)
     if not token:
-        typer.echo("error: the control plane needs a token: pass --token or set ENVREG_TOKEN", err=True)
+        typer.echo(f"error: the control plane needs a token: pass --token or set {ENV_TOKEN}", err=True)
         raise typer.Exit(2)
     serve(
         ServerConfig(
@@ -44,6 +55,7 @@ def serve_env(
             max_body=max_body,
             fast_path=fast_path,
             preload_sdk=preload_sdk,
+            agent_token=agent_token or os.environ.get(ENV_AGENT_TOKEN) or None,
         )
     )
 

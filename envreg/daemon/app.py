@@ -23,39 +23,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 from starlette.types import Receive, Scope, Send
 
+from envreg.canonical import canonical_json, sha256_hex
 from envreg.daemon import models as m
-from envreg.env import UnknownToolError
-from envreg.env.loader import EnvironmentNotFound
-from envreg.runtime import (
-    EngineError,
-    ImageNotFound,
-    InvalidState,
-    Runtime,
-    Sandbox,
-    SandboxGone,
-    Snapshot,
-    SnapshotMismatch,
-)
-from envreg.runtime.access import AccessGuard, shorten
-from envreg.runtime.gateway import PREFIX, Gateway
+from envreg.errors import BadRequest, EnvregError, LimitReached, NotFound
+from envreg.protocol import GATEWAY_PREFIX
+from envreg.runtime import Runtime, Sandbox, Snapshot
+from envreg.runtime.access import AccessGuard
+from envreg.runtime.gateway import Gateway
+from envreg.server.http import BodyTooLarge, read_body, replay, send_json
 
 LOCAL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-ALL_TIERS: tuple[str, ...] = ("local", "instance", "container")
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, errors: list[dict[str, Any]] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.errors = errors
+MAX_BODY = 16 << 20
 
 
 @dataclass
@@ -66,6 +51,7 @@ class DaemonSettings:
     max_sandboxes: int = 1024
     tiers: tuple[str, ...] = ("instance", "container")
     default_ttl: float | None = None
+    max_body: int = MAX_BODY
     # Host values beyond loopback at this port (``name:port``, ``name:*``); browser origins (CORS)
     allowed_hosts: tuple[str, ...] = ()
     cors_origins: tuple[str, ...] = ()
@@ -78,45 +64,6 @@ class DaemonSettings:
 
 def _jsonable(errors: list[Any]) -> list[dict[str, Any]]:
     return json.loads(json.dumps(errors, default=str))
-
-
-def _engine_status(exc: EngineError) -> int:
-    return 404 if isinstance(exc, ImageNotFound) else 503
-
-
-@contextlib.contextmanager
-def _translated() -> Iterator[None]:
-    """Runtime errors as API errors with the right status."""
-    import docker.errors
-
-    try:
-        yield
-    except BaseExceptionGroup as group:  # a task group failed: report its first error
-        leaf: BaseException = group
-        while isinstance(leaf, BaseExceptionGroup):
-            leaf = leaf.exceptions[0]
-        with _translated():
-            raise leaf from None
-    except ApiError:
-        raise
-    except InvalidState as exc:
-        raise ApiError(422, str(exc).split("\n")[0], _jsonable(exc.errors)) from None
-    except SnapshotMismatch as exc:
-        raise ApiError(409, str(exc)) from None
-    except (SandboxGone, EnvironmentNotFound) as exc:
-        raise ApiError(404, str(exc)) from None
-    except UnknownToolError as exc:
-        raise ApiError(404, str(exc) or "unknown tool") from None
-    except EngineError as exc:
-        raise ApiError(_engine_status(exc), str(exc)) from None
-    except docker.errors.APIError as exc:
-        status = 400 if exc.is_client_error() and exc.status_code != 404 else 503
-        status = 404 if exc.status_code == 404 else status
-        raise ApiError(status, f"Docker engine: {exc.explanation or exc}") from None
-    except docker.errors.DockerException as exc:
-        raise ApiError(503, f"Docker engine unavailable: {exc}; start it (scripts/setup-docker)") from None
-    except httpx2.TransportError as exc:
-        raise ApiError(502, f"the environment server did not answer: {exc}") from None
 
 
 ERR = {"model": m.Error}
@@ -156,14 +103,22 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
                 headers={"WWW-Authenticate": 'Bearer realm="envreg daemon"'},
             )
 
-    auth = [Depends(authorized)]
+    def known_query(request: Request) -> None:
+        """Unknown query parameters are a mistake worth reporting, not something to ignore."""
+        route = request.scope.get("route")
+        declared = {p.alias for p in route.dependant.query_params} if route is not None else set()
+        unknown = sorted(set(request.query_params) - declared)
+        if unknown:
+            shown = ", ".join(repr(u[:40]) for u in unknown[:5])
+            allowed = ", ".join(sorted(declared)) or "none"
+            raise BadRequest(f"unknown query parameter(s) {shown}", f"this route takes: {allowed}")
 
-    @api.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        body: dict[str, Any] = {"error": exc.message}
-        if exc.errors is not None:
-            body["errors"] = exc.errors
-        return JSONResponse(body, status_code=exc.status)
+    auth = [Depends(authorized), Depends(known_query)]
+
+    @api.exception_handler(EnvregError)
+    async def envreg_error(_: Request, exc: EnvregError) -> JSONResponse:
+        """The one place envreg's error tree becomes HTTP: its status, message, hint (and problems)."""
+        return JSONResponse(_jsonable([exc.to_json()])[0], status_code=exc.status)
 
     @api.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
@@ -188,49 +143,41 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     # helpers ------------------------------------------------------------------------------------
     def sandbox(sandbox_id: str) -> Sandbox:
         sb = rt.get(sandbox_id)
+        shown = sandbox_id if len(sandbox_id) <= 64 else f"{sandbox_id[:61]}..."
         if sb is None and (reason := rt.ended_reason(sandbox_id)):
-            raise ApiError(404, f"sandbox {sandbox_id} has ended: {reason}")
+            raise NotFound(f"sandbox {sandbox_id} has ended: {reason}")
         if sb is None:
-            raise ApiError(404, f"no sandbox {shorten(sandbox_id)!r}: it never existed or it has ended")
+            raise NotFound(f"no sandbox {shown!r}: it never existed or it has ended")
         if sb.ended is not None:
-            raise ApiError(404, f"sandbox {sandbox_id} has ended: {sb.ended}")
+            raise NotFound(f"sandbox {sandbox_id} has ended: {sb.ended}")
         return sb
 
-    def info(sb: Sandbox) -> m.SandboxInfo:
+    def info(sb: Sandbox, with_token: bool = True) -> m.SandboxInfo:
         return m.SandboxInfo(
             id=sb.id,
             env=sb.env,
             env_digest=sb.env_digest,
             isolation=sb.isolation,  # type: ignore[arg-type]
             mcp_url=sb.mcp_url,
-            token=sb.token,
+            token=sb.token if with_token else None,
             expires_at=sb.expires_at,
         )
 
-    def snapshot(ref: str) -> Snapshot:
-        try:
-            return rt.snapshots.get(ref)
-        except KeyError as exc:
-            text = exc.args[0] if exc.args else f"no snapshot {ref!r}"
-            raise ApiError(400 if "ambiguous" in text else 404, text) from None
-
     def check_tier(isolation: str, env: str | None = None) -> None:
         if isolation not in settings.tiers:
-            raise ApiError(
-                400,
-                f"isolation {isolation!r} is disabled on this daemon (enabled: {', '.join(settings.tiers)}); "
+            raise BadRequest(
+                f"isolation {isolation!r} is disabled on this daemon (enabled: {', '.join(settings.tiers)})",
                 f"start it with `envreg serve --tiers {','.join((*settings.tiers, isolation))}`",
             )
         if isolation == "local" and env is not None and not LOCAL_NAME.match(env):
-            raise ApiError(404, f"no local environment {env!r}: the local tier takes an environment name")
+            raise NotFound(f"no local environment {env[:64]!r}: the local tier takes an environment name")
 
     @contextlib.contextmanager
     def reserve(n: int) -> Iterator[None]:
         held = len(rt.sandboxes) + settings.reserved
         if held + n > settings.max_sandboxes:
-            raise ApiError(
-                429,
-                f"this daemon holds {held} of at most {settings.max_sandboxes} sandboxes; "
+            raise LimitReached(
+                f"this daemon holds {held} of at most {settings.max_sandboxes} sandboxes",
                 "delete some or start it with a larger --max-sandboxes",
             )
         settings.reserved += n
@@ -291,11 +238,11 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
         isolation = body.isolation if "isolation" in body.model_fields_set else settings.default_tier
         check_tier(isolation, body.env)
         if {"state", "snapshot"} <= body.model_fields_set:
-            raise ApiError(400, "give a state or a snapshot, not both")
+            raise BadRequest("give a state or a snapshot, not both")
         start: dict[str, Any] | Snapshot | None = body.state
         if body.snapshot is not None:
-            start = snapshot(body.snapshot)
-        with reserve(1), _translated():
+            start = rt.snapshots.get(body.snapshot)
+        with reserve(1):
             sb = await rt.sandbox(body.env, isolation=isolation, state=start, ttl=ttl_or_default(body.ttl))
         return info(sb)
 
@@ -306,9 +253,11 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
         responses=COMMON,
         tags=["sandboxes"],
     )
-    async def list_sandboxes() -> list[m.SandboxInfo]:
+    async def list_sandboxes(
+        tokens: bool = Query(False, description="Include each sandbox's MCP token (omitted by default)."),
+    ) -> list[m.SandboxInfo]:
         """Every sandbox this daemon leases."""
-        return [info(sb) for sb in list(rt.sandboxes.values()) if sb.ended is None]
+        return [info(sb, tokens) for sb in list(rt.sandboxes.values()) if sb.ended is None]
 
     @api.get(
         "/v1/sandboxes/{sandbox_id}",
@@ -317,8 +266,11 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
         responses={**COMMON, **NOT_FOUND},
         tags=["sandboxes"],
     )
-    async def get_sandbox(sandbox_id: str) -> m.SandboxInfo:
-        return info(sandbox(sandbox_id))
+    async def get_sandbox(
+        sandbox_id: str,
+        tokens: bool = Query(False, description="Include the sandbox's MCP token (omitted by default)."),
+    ) -> m.SandboxInfo:
+        return info(sandbox(sandbox_id), tokens)
 
     @api.delete(
         "/v1/sandboxes/{sandbox_id}",
@@ -330,9 +282,7 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     )
     async def delete_sandbox(sandbox_id: str) -> Response:
         """End the sandbox and free its container or instance; its MCP URL answers 404 from now on."""
-        sb = sandbox(sandbox_id)
-        with _translated():
-            await sb.close("deleted")
+        await sandbox(sandbox_id).close("deleted")
         return Response(status_code=204)
 
     @api.get(
@@ -343,11 +293,7 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
         tags=["state"],
     )
     async def get_state(sandbox_id: str) -> m.StateInfo:
-        sb = sandbox(sandbox_id)
-        with _translated():
-            state = await sb.state()
-        from envreg.canonical import canonical_json, sha256_hex
-
+        state = await sandbox(sandbox_id).state()
         return m.StateInfo(sha256=sha256_hex(canonical_json(state)), state=state)
 
     @api.put(
@@ -359,9 +305,7 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     )
     async def put_state(sandbox_id: str, body: m.StateBody) -> m.StateInfo:
         """Replace the whole state. An invalid state is refused (422) and nothing changes."""
-        sb = sandbox(sandbox_id)
-        with _translated():
-            await sb.load_state(body.state)
+        await sandbox(sandbox_id).load_state(body.state)
         return await get_state(sandbox_id)
 
     @api.post(
@@ -373,9 +317,7 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     )
     async def reset(sandbox_id: str) -> m.StateInfo:
         """Back to the environment's seed state."""
-        sb = sandbox(sandbox_id)
-        with _translated():
-            await sb.reset()
+        await sandbox(sandbox_id).reset()
         return await get_state(sandbox_id)
 
     @api.post(
@@ -388,9 +330,7 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     )
     async def take_snapshot(sandbox_id: str) -> m.SnapshotInfo:
         """Store the current state, content-addressed; restore or fork it later."""
-        sb = sandbox(sandbox_id)
-        with _translated():
-            snap = await sb.snapshot()
+        snap = await sandbox(sandbox_id).snapshot()
         return m.SnapshotInfo(id=snap.id, sha256=snap.sha256, env=snap.env, env_digest=snap.env_digest)
 
     @api.post(
@@ -403,9 +343,7 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     async def restore(sandbox_id: str, body: m.RestoreBody) -> m.StateInfo:
         """Load a snapshot of the same environment (409 for another environment's, state untouched)."""
         sb = sandbox(sandbox_id)
-        snap = snapshot(body.snapshot)
-        with _translated():
-            await sb.restore(snap)
+        await sb.restore(rt.snapshots.get(body.snapshot))
         return await get_state(sandbox_id)
 
     @api.post(
@@ -418,8 +356,7 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     async def renew(sandbox_id: str, body: m.RenewBody) -> m.RenewInfo:
         """Extend the lease to `ttl` seconds from now."""
         sb = sandbox(sandbox_id)
-        with _translated():
-            expires_at = sb.renew(body.ttl)
+        expires_at = sb.renew(body.ttl)
         return m.RenewInfo(id=sb.id, expires_at=expires_at)
 
     @api.post(
@@ -432,10 +369,10 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     )
     async def fork(body: m.ForkBody) -> list[m.SandboxInfo]:
         """`n` new sandboxes that all start from the snapshot; all or none."""
-        snap = snapshot(body.snapshot)
+        snap = rt.snapshots.get(body.snapshot)
         isolation = body.isolation if "isolation" in body.model_fields_set else settings.default_tier
         check_tier(isolation, snap.env)
-        with reserve(body.n), _translated():
+        with reserve(body.n):
             created = await rt.fork(snap, body.n, isolation=isolation, ttl=ttl_or_default(body.ttl))  # type: ignore[arg-type]
         return [info(sb) for sb in created]
 
@@ -449,14 +386,7 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     )
     async def call_tool(sandbox_id: str, body: m.CallBody) -> dict[str, Any]:
         """Call a tool, as an agent would over MCP; the result is an MCP `CallToolResult`."""
-        sb = sandbox(sandbox_id)
-        with _translated():
-            try:
-                result = await sb.call_tool(body.name, body.arguments)
-            except RuntimeError as exc:
-                if isinstance(exc, SandboxGone | EngineError):
-                    raise
-                raise ApiError(502, f"the environment server failed: {exc}") from None
+        result = await sandbox(sandbox_id).call_tool(body.name, body.arguments)
         return result.to_mcp()
 
     @api.get(
@@ -468,9 +398,7 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     )
     async def list_tools(sandbox_id: str) -> list[dict[str, Any]]:
         """The environment's tools in MCP wire form."""
-        sb = sandbox(sandbox_id)
-        with _translated():
-            return await sb.list_tools()
+        return await sandbox(sandbox_id).list_tools()
 
     return api
 
@@ -509,7 +437,7 @@ def _add_links(doc: dict[str, Any]) -> None:
 
 
 class DaemonApp:
-    """One ASGI app: ``/sandboxes/<id>/mcp`` to the gateway, the rest to the control API.
+    """One ASGI app: ``/sandboxes/<id>/mcp`` to the gateway, the rest to the control API (bodies capped).
 
     Both are behind one `AccessGuard` (Host / Origin checks, CORS for the allowed browser origins).
     """
@@ -518,16 +446,26 @@ class DaemonApp:
         self.api = api
         self.gateway = gateway
         settings = settings or DaemonSettings(token="")
+        self.max_body = settings.max_body
         self.guarded = AccessGuard(self.route, settings.allowed_hosts, settings.cors_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.guarded(scope, receive, send)
 
     async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(PREFIX):
+        if scope["type"] == "http" and scope["path"].startswith(GATEWAY_PREFIX):
             await self.gateway(scope, receive, send)
-        else:
-            await self.api(scope, receive, send)
+            return
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
+            try:
+                body = await read_body(scope, receive, self.max_body)
+            except BodyTooLarge:
+                await send_json(
+                    send, 413, {"error": f"request body over the daemon's {self.max_body} byte limit"}
+                )
+                return
+            receive = replay(body, receive)
+        await self.api(scope, receive, send)
 
 
 def create_app(rt: Runtime, settings: DaemonSettings, http: httpx2.AsyncClient) -> DaemonApp:

@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Isolation = Literal["local", "instance", "container"]
+from envreg.protocol import Isolation
+
 MAX_TTL = 30 * 24 * 3600.0
 SNAPSHOT_REF = r"^(sha256:)?[0-9a-f]{4,64}$"
 # an environment name, name:version, name@sha256:<id>, or an image reference
@@ -27,7 +28,8 @@ class _Strict(BaseModel):
 class Error(BaseModel):
     """Every error the API returns."""
 
-    error: str = Field(description="What went wrong and, where there is one, the fix.")
+    error: str = Field(description="What went wrong.")
+    hint: str | None = Field(default=None, description="What to do about it, where there is something to do.")
     errors: list[dict[str, Any]] | None = Field(
         default=None, description="Each problem, for an invalid request or an invalid state."
     )

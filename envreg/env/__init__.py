@@ -1,11 +1,12 @@
 """Authoring SDK: define an environment's state model and tools."""
 
 from envreg.env.environment import Environment, Instance
-from envreg.env.loader import EnvironmentNotFound, load_environment
+from envreg.env.loader import load_environment
 from envreg.env.lookup import lookup
 from envreg.env.scenario import RejectedState, Scenario, Step, load_scenarios, states_equal
 from envreg.env.state import EnvState
-from envreg.env.tool import Tool, ToolAnnotations, ToolError, ToolResult, UnknownToolError
+from envreg.env.tool import Tool, ToolAnnotations, ToolError, ToolResult
+from envreg.errors import EnvironmentNotFound, UnknownToolError
 
 __all__ = [
     "EnvState",

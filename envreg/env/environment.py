@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
 from envreg.env.state import EnvState
-from envreg.env.tool import Tool, ToolAnnotations, ToolError, ToolResult, UnknownToolError
+from envreg.env.tool import Tool, ToolAnnotations, ToolError, ToolResult
+from envreg.errors import UnknownToolError
 
 logger = logging.getLogger("envreg.env")
 

@@ -9,16 +9,9 @@ import sys
 from functools import cache
 from pathlib import Path
 
+from envreg.config import images_root
 from envreg.env.environment import Environment
-
-
-class EnvironmentNotFound(LookupError):
-    """No environment folder matches the reference."""
-
-
-def images_root() -> Path:
-    """Where environments are looked up by name: ``$ENVREG_IMAGES`` or ``./images``."""
-    return Path(os.environ.get("ENVREG_IMAGES", "images"))
+from envreg.errors import EnvironmentNotFound
 
 
 def resolve_folder(ref: str | os.PathLike[str]) -> Path:

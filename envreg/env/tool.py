@@ -17,14 +17,6 @@ class ToolError(Exception):
     """An error the agent can fix (bad argument, missing entity). Reaches it as an `isError` result."""
 
 
-class UnknownToolError(LookupError):
-    """The named tool does not exist in this environment (a protocol error, not a tool result)."""
-
-    def __init__(self, name: str, known: list[str]) -> None:
-        super().__init__(f"Unknown tool: {name!r}; this environment has: {', '.join(known)}")
-        self.name = name
-
-
 @dataclass(frozen=True, slots=True)
 class ToolAnnotations:
     """Behaviour hints, published as MCP tool annotations."""

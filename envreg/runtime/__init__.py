@@ -1,9 +1,18 @@
 """Sandboxes on the host: one API over the local, instance and container isolation tiers."""
 
-from envreg.runtime.errors import EngineError, ImageNotFound, InvalidState, SandboxGone
-from envreg.runtime.runtime import Isolation, Runtime
-from envreg.runtime.sandbox import LocalSandbox, RemoteSandbox, Sandbox
-from envreg.runtime.snapshots import Snapshot, SnapshotMismatch, SnapshotStore
+from envreg.errors import (
+    EngineError,
+    ImageNotFound,
+    InvalidState,
+    SandboxGone,
+    SnapshotCorrupt,
+    SnapshotMismatch,
+    SnapshotNotFound,
+)
+from envreg.protocol import Isolation
+from envreg.runtime.runtime import Runtime
+from envreg.runtime.sandbox import Sandbox
+from envreg.runtime.snapshots import Snapshot, SnapshotStore
 from envreg.runtime.sync import SyncRuntime, SyncSandbox
 
 __all__ = [
@@ -11,13 +20,13 @@ __all__ = [
     "ImageNotFound",
     "InvalidState",
     "Isolation",
-    "LocalSandbox",
-    "RemoteSandbox",
     "Runtime",
     "Sandbox",
     "SandboxGone",
     "Snapshot",
+    "SnapshotCorrupt",
     "SnapshotMismatch",
+    "SnapshotNotFound",
     "SnapshotStore",
     "SyncRuntime",
     "SyncSandbox",

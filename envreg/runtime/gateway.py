@@ -8,7 +8,6 @@ gateway shuts down, so an environment server never holds a stream nobody reads.
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -18,11 +17,13 @@ import httpx2
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
+from envreg.errors import UpstreamError, UpstreamTimeout
+from envreg.protocol import GATEWAY_PREFIX
 from envreg.runtime.access import shorten
-from envreg.runtime.docker_backend import AGENT_PORT
-from envreg.runtime.sandbox import RemoteSandbox, Sandbox
-from envreg.runtime.upstream import READ_TIMEOUT, UpstreamError, UpstreamPool, UpstreamTimeout
-from envreg.server.http import BodyTooLarge, read_body
+from envreg.runtime.backends.base import Upstream
+from envreg.runtime.sandbox import Sandbox
+from envreg.runtime.upstream import READ_TIMEOUT, UpstreamPool
+from envreg.server.http import BodyTooLarge, bearer_matches, read_body
 
 logger = logging.getLogger("envreg.gateway")
 
@@ -40,7 +41,7 @@ _HOP_BY_HOP = {
 _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"authorization", b"content-length", b"origin"}
 _NOT_RELAYED = _HOP_BY_HOP | {b"date", b"server"}  # uvicorn sets its own
 _BROKEN = (httpx2.TransportError, UpstreamError, anyio.EndOfStream, anyio.IncompleteRead, OSError)
-PREFIX = "/sandboxes/"
+PREFIX = GATEWAY_PREFIX
 HOW_TO_AUTHENTICATE = (
     "missing or wrong sandbox token: send `Authorization: Bearer <token>` with this sandbox's own token "
     "(`sb.token` in Python, printed by `envreg run`, `token` in the `POST /v1/sandboxes` response)"
@@ -100,11 +101,12 @@ class Gateway:
             return
         sandbox_id = sandbox_id_from_path(scope["path"])
         sandbox = self.lookup(sandbox_id) if sandbox_id else None
-        if sandbox is None or sandbox.ended is not None or not isinstance(sandbox, RemoteSandbox):
+        upstream = sandbox.upstream if sandbox is not None and sandbox.ended is None else None
+        if sandbox is None or upstream is None:
             await send_error(send, 404, self._not_found(scope["path"], sandbox_id, sandbox))
             return
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if not hmac.compare_digest(given, f"Bearer {sandbox.token}".encode()):
+        if not sandbox.token or not bearer_matches(scope, sandbox.token):
+            given = any(k == b"authorization" for k, _ in scope["headers"])
             challenge = b'Bearer realm="envreg sandbox"' + (b', error="invalid_token"' if given else b"")
             await send_error(send, 401, HOW_TO_AUTHENTICATE, [(b"www-authenticate", challenge)])
             return
@@ -115,13 +117,14 @@ class Gateway:
             return
         # values without surrounding whitespace, as RFC 9110 5.5 parses them (`Mcp-Name:  x ` is `x`)
         headers = [(k, v.strip(b" \t")) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
+        if upstream.token:
+            headers.append((b"authorization", f"Bearer {upstream.token}".encode()))
         query = f"?{scope['query_string'].decode()}" if scope.get("query_string") else ""
         if scope["method"] == "POST":
-            await self._post(sandbox, sandbox.path + query, headers, body, receive, send)
+            await self._post(sandbox, upstream, upstream.path + query, headers, body, receive, send)
         else:
-            await self._stream(
-                sandbox, scope["method"], sandbox.upstream_url + query, headers, body, receive, send
-            )
+            url = f"http://{upstream.host}:{upstream.port}{upstream.path}{query}"
+            await self._stream(sandbox, scope["method"], url, headers, body, receive, send)
 
     def _not_found(self, path: str, sandbox_id: str | None, sandbox: Sandbox | None) -> str:
         if sandbox_id is None:
@@ -139,11 +142,18 @@ class Gateway:
         return f"sandbox {sandbox.id}: no answer in {self.timeout:g} s; the call may still complete"
 
     async def _post(
-        self, sandbox: RemoteSandbox, target: str, headers: list, body: bytes, receive: Receive, send: Send
+        self,
+        sandbox: Sandbox,
+        upstream: Upstream,
+        target: str,
+        headers: list,
+        body: bytes,
+        receive: Receive,
+        send: Send,
     ) -> None:
         """The hot path: one MCP message over a pooled keep-alive connection."""
         try:
-            key = (sandbox.container.id, sandbox.container.ip, AGENT_PORT)
+            key = (upstream.server_id, upstream.host, upstream.port)
             response = await self.upstream.post(key, target, headers, body)
         except UpstreamTimeout:
             await send_error(send, 504, self._no_answer(sandbox))
@@ -158,7 +168,7 @@ class Gateway:
 
     async def _stream(
         self,
-        sandbox: RemoteSandbox,
+        sandbox: Sandbox,
         method: str,
         url: str,
         headers: list,

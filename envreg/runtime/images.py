@@ -6,10 +6,8 @@ from typing import Any
 
 import docker.errors
 
-from envreg.runtime.errors import EngineError, ImageNotFound
-
-NAME_LABEL = "io.envreg.name"
-VERSION_LABEL = "io.envreg.version"
+from envreg.errors import EngineError, ImageNotFound
+from envreg.protocol import NAME_LABEL, VERSION_LABEL
 
 
 def resolve_image(client: Any, ref: str) -> str:

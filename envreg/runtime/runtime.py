@@ -3,32 +3,26 @@
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from functools import cache
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import httpx2
 
-from envreg.env import Environment, load_environment
-from envreg.runtime.sandbox import LocalSandbox, RemoteSandbox, Sandbox
+from envreg.env import Environment
+from envreg.errors import BadRequest, EnvregError
+from envreg.protocol import SHARED_TIERS, TIERS, Isolation
+from envreg.runtime.backends import create_backend
+from envreg.runtime.backends.base import Backend, EnvSpec
+from envreg.runtime.backends.local import LocalBackend
+from envreg.runtime.placement import Placement
+from envreg.runtime.sandbox import Sandbox
 from envreg.runtime.snapshots import Snapshot, SnapshotStore
 
-Isolation = Literal["local", "instance", "container"]
-TIERS = ("local", "instance", "container")
 ENDED_KEPT = 4096
-
-
-@cache
-def environment_digest(env: Environment) -> str:
-    """The manifest digest that names an environment's exact code, schema and seed."""
-    from envreg.manifest import build_manifest
-
-    return build_manifest(env).digest
 
 
 class Runtime:
@@ -42,9 +36,11 @@ class Runtime:
         forks = await rt.fork(await sb.snapshot(), 8, isolation="instance")
     ```
 
-    `pool` gives warm-pool sizes per tier (or per ``"<tier>:<image id>"``); a pool is refilled in the
-    background from its first acquire on, and `warm()` fills one at once. The Docker tiers need the
-    runtime entered as a context manager: leaving it removes every container and network it made.
+    `backend` runs the isolated tiers (``"docker"``, the default, or a `Backend`); the local tier always
+    runs in this process. `pool` gives warm-pool sizes per tier (or per ``"<tier>:<image id>"``); a pool
+    is refilled in the background from its first acquire on, and `warm()` fills one at once. The
+    isolated tiers need the runtime entered as a context manager: leaving it removes every container
+    and network it made.
     The gateway answers ``127.0.0.1``/``localhost``/``[::1]`` at its port and `allowed_hosts`
     (``name:port`` or ``name:*``); browser pages at `cors_origins` may call it (none by default).
     """
@@ -52,6 +48,7 @@ class Runtime:
     def __init__(
         self,
         *,
+        backend: str | Backend = "docker",
         snapshots: SnapshotStore | None = None,
         pool: dict[str, int] | None = None,
         lease_ttl: float = 3600.0,
@@ -77,18 +74,19 @@ class Runtime:
         self.allowed_hosts = tuple(allowed_hosts)
         self.cors_origins = tuple(cors_origins)
         self.instances_per_container = instances_per_container
-        self.limits = limits
+        self._backend_choice = backend
+        self._backend_options = {"limits": limits} if limits is not None else {}
+        self._local = Placement(LocalBackend(), lambda key, dedicated: 0, instances_per_server=1 << 30)
+        self._isolated: Placement | None = None
+        self._resolved: dict[tuple[str, Any], EnvSpec] = {}
         self._environments: dict[str, Environment] = {}
-        self._pinned: dict[str, str] = {}
         self._stack: AsyncExitStack | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
-        self._docker: Any = None
-        self._pools: Any = None
         self._http: httpx2.AsyncClient | None = None
-        self._docker_lock = anyio.Lock()
-        self._events: Any = None
+        self._setup_lock = anyio.Lock()
         self._gateway: Any = None
         self._ended: OrderedDict[str, str] = OrderedDict()  # why recent sandboxes ended, for their URLs
+        self._gateway_server: Any = None
 
     async def __aenter__(self) -> Runtime:
         self._stack = AsyncExitStack()
@@ -98,6 +96,11 @@ class Runtime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    @property
+    def backend(self) -> Backend | None:
+        """The backend of the isolated tiers, once started."""
+        return self._isolated.backend if self._isolated else None
 
     # sandboxes --------------------------------------------------------------------------------
     async def sandbox(
@@ -111,14 +114,26 @@ class Runtime:
         """Lease a sandbox of `env`, optionally starting from `state` (a state or a snapshot).
 
         `env` is an `Environment`, a folder or a name under ./images (local tier), or an image
-        reference for the Docker tiers: a name (its newest image), ``name:version`` or a digest.
+        reference for the isolated tiers: a name (its newest image), ``name:version`` or a digest.
         """
         if isolation not in TIERS:
-            raise ValueError(f"isolation must be one of {', '.join(TIERS)}, not {isolation!r}")
-        if isolation == "local":
-            sandbox = await self._local_sandbox(env)
-        else:
-            sandbox = await self._remote_sandbox(env, isolation)
+            raise BadRequest(f"isolation must be one of {', '.join(TIERS)}, not {str(isolation)[:40]!r}")
+        placement = await self._placement(isolation)
+        spec = await self.resolve(env, isolation)
+        server, instance_id = await placement.acquire(spec, dedicated=isolation not in SHARED_TIERS)
+        sandbox = Sandbox(
+            server,
+            instance_id,
+            isolation,
+            snapshots=self.snapshots,
+            release=self._release,
+            server_status=placement.backend.status,
+            server_noun=getattr(placement.backend, "server_noun", "server"),
+        )
+        if self.gateway_url and sandbox.upstream is not None:
+            from envreg.protocol import gateway_path
+
+            sandbox.mcp_url = self.gateway_url + gateway_path(sandbox.id)
         self.sandboxes[sandbox.id] = sandbox
         sandbox.expires_at = time.time() + (ttl or self.lease_ttl)
         try:
@@ -127,28 +142,9 @@ class Runtime:
             elif state is not None:
                 await sandbox.load_state(state)
         except BaseException:
-            await sandbox.close("its initial state was refused")
+            with anyio.CancelScope(shield=True):
+                await sandbox.close("its initial state was refused")
             raise
-        return sandbox
-
-    async def _local_sandbox(self, env: str | Environment) -> Sandbox:
-        environment = env if isinstance(env, Environment) else load_environment(env)
-        digest = environment_digest(environment)
-        self._environments[digest] = environment
-        return LocalSandbox(self, environment.instance(), digest)
-
-    async def _remote_sandbox(self, env: str | Environment, isolation: str) -> Sandbox:
-        pools = await self._ensure_docker()
-        image = await self.resolve_image(env.name if isinstance(env, Environment) else env)
-        token = secrets.token_urlsafe(24)
-        if isolation == "container":
-            container = await pools.acquire_container(image)
-            sandbox = RemoteSandbox(self, isolation, container, pools.client(container), "default", token)
-        else:
-            host, instance_id = await pools.acquire_instance(image)
-            sandbox = RemoteSandbox(self, isolation, host, pools.client(host), instance_id, token)
-        if self.gateway_url:
-            sandbox.mcp_url = f"{self.gateway_url}/sandboxes/{sandbox.id}/mcp"
         return sandbox
 
     async def fork(
@@ -163,8 +159,6 @@ class Runtime:
         """`n` new sandboxes that all start from `snapshot`: all of them, or none (and the error)."""
         snap = self.snapshots.get(snapshot) if isinstance(snapshot, str) else snapshot
         target: str | Environment = env or self._environments.get(snap.env_digest) or snap.env
-        if isolation == "local" and isinstance(target, str):
-            target = load_environment(target)
         forks: list[Sandbox] = []
 
         async def one() -> None:
@@ -185,11 +179,11 @@ class Runtime:
         return forks
 
     async def warm(self, env: str, isolation: Isolation, n: int) -> None:
-        """Fill the warm pool of `env` on a Docker tier to `n` now (and keep it there)."""
-        pools = await self._ensure_docker()
-        image = await self.resolve_image(env)
-        self.pool_sizes[f"{isolation}:{image}"] = n
-        await pools.prewarm(image, isolation, n)
+        """Fill the warm pool of `env` on an isolated tier to `n` now (and keep it there)."""
+        placement = await self._placement(isolation)
+        spec = await self.resolve(env, isolation)
+        self.pool_sizes[f"{isolation}:{spec.key}"] = n
+        await placement.prewarm(spec, isolation not in SHARED_TIERS, n)
 
     def get(self, sandbox_id: str) -> Sandbox | None:
         return self.sandboxes.get(sandbox_id)
@@ -198,84 +192,75 @@ class Runtime:
         """Why a sandbox of this runtime ended ("its lease expired", ...), for the last few thousand."""
         return self._ended.get(sandbox_id)
 
-    def _forget(self, sandbox: Sandbox) -> None:
+    async def resolve(self, env: str | Environment, isolation: Isolation = "container") -> EnvSpec:
+        """What `env` names on `isolation`'s backend (an image ID, or the local environment's digest).
+
+        A runtime pins each reference at its first use, so every rollout of a run gets the same image
+        (and its warm pool) even if the name is rebuilt meanwhile; a new runtime sees the rebuild.
+        """
+        placement = await self._placement(isolation)
+        key = (placement.backend.name, env)
+        if key not in self._resolved:
+            spec = await placement.backend.resolve(env)
+            if isinstance(spec.payload, Environment):
+                self._environments[spec.digest] = spec.payload
+            self._resolved[key] = spec
+        return self._resolved[key]
+
+    async def _release(self, sandbox: Sandbox) -> None:
         self.sandboxes.pop(sandbox.id, None)
         self._ended[sandbox.id] = sandbox.ended or "closed"
         if len(self._ended) > ENDED_KEPT:
             self._ended.popitem(last=False)
+        placement = self._local if sandbox.isolation == "local" else self._isolated
+        if placement is not None:
+            await placement.release(sandbox.server, sandbox.instance_id)
 
-    # docker tiers ------------------------------------------------------------------------------
-    async def resolve_image(self, ref: str) -> str:
-        """The image ID for an environment reference (name, name:version, name@sha256:..., image ref).
-
-        A runtime pins each reference at its first use, so every rollout of a run gets the same
-        image (and its warm pool) even if the name is rebuilt meanwhile; a new runtime sees the rebuild.
-        """
-        if ref not in self._pinned:
-            from envreg.runtime.images import resolve_image
-
-            self._pinned[ref] = await anyio.to_thread.run_sync(resolve_image, self._docker.client, ref)
-        return self._pinned[ref]
-
-    async def _ensure_docker(self) -> Any:
+    # backends ---------------------------------------------------------------------------------
+    async def _placement(self, isolation: str) -> Placement:
+        if isolation == "local":
+            return self._local
+        if self._isolated is not None:
+            return self._isolated
         if self._task_group is None:
-            raise RuntimeError(
-                "the Docker tiers need the runtime as a context manager: `async with Runtime() as rt`"
+            raise EnvregError(
+                "the isolated tiers need the runtime as a context manager",
+                "write `async with Runtime() as rt:` (or use `SyncRuntime`)",
             )
-        async with self._docker_lock:
-            if self._pools is None:
-                from envreg.runtime.docker_backend import DockerBackend, Limits
-                from envreg.runtime.pools import Pools
-
-                self._docker = await anyio.to_thread.run_sync(
-                    lambda: DockerBackend(self.id, self.limits or Limits())
-                )
+        async with self._setup_lock:
+            if self._isolated is None:
                 self._http = httpx2.AsyncClient(
                     timeout=httpx2.Timeout(30.0, connect=2.0), limits=httpx2.Limits(max_connections=1000)
                 )
-                self._pools = Pools(self._docker, self._http, self._pool_size, self.instances_per_container)
-                self._pools.bind(self._task_group)
-                self._task_group.start_soon(self._watch_deaths)
+                backend = (
+                    self._backend_choice
+                    if isinstance(self._backend_choice, Backend)
+                    else create_backend(self._backend_choice, self.id, self._http, **self._backend_options)
+                )
+                backend.watch(self._on_death)
+                placement = Placement(backend, self._pool_size, self.instances_per_container)
+                placement.bind(self._task_group)
                 if self.gateway_enabled:
                     await self._task_group.start(self._serve_gateway)
-        return self._pools
+                self._isolated = placement
+        return self._isolated
 
-    def _pool_size(self, image: str, isolation: str) -> int:
-        return self.pool_sizes.get(f"{isolation}:{image}", self.pool_sizes.get(isolation, 0))
+    def _pool_size(self, key: str, dedicated: bool) -> int:
+        tier = "container" if dedicated else "instance"
+        return self.pool_sizes.get(f"{tier}:{key}", self.pool_sizes.get(tier, 0))
 
-    async def _container_status(self, container: Any) -> str:
-        return await anyio.to_thread.run_sync(self._docker.status, container)
-
-    async def _release_remote(self, sandbox: RemoteSandbox) -> None:
-        if sandbox.isolation == "container":
-            await anyio.to_thread.run_sync(self._docker.remove, sandbox.container)
-        else:
-            await self._pools.release_instance(sandbox.container, sandbox.instance_id)
-
-    async def _watch_deaths(self) -> None:
-        """End the sandboxes of any container that dies, as soon as the engine says so."""
-        events = await anyio.to_thread.run_sync(self._docker.events)
-        self._events = events
-        token = anyio.lowlevel.current_token()
-
-        def pump() -> None:
-            try:
-                for event in events:
-                    anyio.from_thread.run_sync(self._on_death, event.get("id", ""), token=token)
-            except Exception:  # the stream is closed at shutdown
-                pass
-
-        threading.Thread(target=pump, name="envreg-docker-events", daemon=True).start()
-
-    def _on_death(self, container_id: str) -> None:
+    def _on_death(self, server_id: str) -> None:
+        """End the sandboxes of a server that died, as soon as the backend says so."""
         for sandbox in list(self.sandboxes.values()):
-            if (
-                isinstance(sandbox, RemoteSandbox)
-                and sandbox.container.id == container_id
-                and not sandbox.ended
-            ):
-                sandbox.ended = "its container died"
-                self._task_group.start_soon(sandbox.close, sandbox.ended)
+            if sandbox.server.id == server_id and sandbox.ended is None:
+                noun = getattr(self.backend, "server_noun", "server")
+                sandbox.ended = f"its {noun} died"
+                if self._task_group is not None:
+                    self._task_group.start_soon(sandbox.close, sandbox.ended)
+        if self._isolated is not None:
+            for server in self._isolated.servers():
+                if server.id == server_id:
+                    self._isolated.forget(server)
 
     async def _serve_gateway(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         import uvicorn
@@ -283,6 +268,7 @@ class Runtime:
         from envreg.runtime.access import AccessGuard
         from envreg.runtime.gateway import Gateway, QuietServer
 
+        assert self._http is not None
         gateway = self._gateway = Gateway(self.get, self._http, ended=self.ended_reason)
         config = uvicorn.Config(
             AccessGuard(gateway, self.allowed_hosts, self.cors_origins),
@@ -292,8 +278,7 @@ class Runtime:
             log_level="warning",
             access_log=False,
         )
-        server = QuietServer(config)
-        self._gateway_server = server
+        server = self._gateway_server = QuietServer(config)
         async with anyio.create_task_group() as tg:
             tg.start_soon(server.serve)
             while not server.started:
@@ -318,24 +303,21 @@ class Runtime:
 
     # shutdown ----------------------------------------------------------------------------------
     async def close(self) -> None:
-        """Release every sandbox, container and network this runtime holds."""
+        """Release every sandbox, server and network this runtime holds."""
         with anyio.CancelScope(shield=True):
             if self._gateway is not None:
                 self._gateway.end_streams()
             async with anyio.create_task_group() as tg:
                 for sandbox in list(self.sandboxes.values()):
                     tg.start_soon(sandbox.close)
-            if self._docker is not None:
-                self._pools.drain()
-                if self._events is not None:
-                    self._events.close()
-                await anyio.to_thread.run_sync(self._docker.close)
-                self._docker = self._pools = None
+            if self._isolated is not None:
+                await self._isolated.backend.close()
+                self._isolated = None
             if self._http is not None:
                 await self._http.aclose()
             if self._gateway is not None:
                 await self._gateway.upstream.aclose()
-            if getattr(self, "_gateway_server", None) is not None:
+            if self._gateway_server is not None:
                 self._gateway_server.should_exit = True
         if self._task_group is not None:
             self._task_group.cancel_scope.cancel()
@@ -345,4 +327,4 @@ class Runtime:
         self._task_group = None
 
 
-__all__ = ["Isolation", "Runtime", "environment_digest"]
+__all__ = ["Runtime"]

@@ -1,42 +1,60 @@
-"""`Sandbox`: one isolated environment instance, the same API on every isolation tier."""
+"""`Sandbox`: one isolated environment instance a conversation owns, the same API on every tier."""
 
 from __future__ import annotations
 
-import abc
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
-import httpx2
-from pydantic import ValidationError
+from envreg.env import ToolResult
+from envreg.errors import SandboxGone, UpstreamError
+from envreg.protocol import agent_path
+from envreg.runtime.backends.base import Server, Upstream
+from envreg.runtime.snapshots import Snapshot, SnapshotStore
 
-from envreg.canonical import canonical_json, sha256_hex
-from envreg.env import Instance, ToolResult
-from envreg.runtime.errors import InvalidState, SandboxGone
-from envreg.runtime.snapshots import Snapshot
-
-if TYPE_CHECKING:
-    from envreg.runtime.docker_backend import EnvContainer
-    from envreg.runtime.remote import EnvClient
-    from envreg.runtime.runtime import Runtime
+T = TypeVar("T")
 
 
-class Sandbox(abc.ABC):
-    """An environment instance a conversation owns. Tool calls, state, snapshot / restore."""
+class Sandbox:
+    """An environment instance on a server: tool calls, state, snapshot / restore, a lease.
 
-    isolation: str
-    mcp_url: str | None = None
-    token: str | None = None
+    Made by `Runtime.sandbox` / `Runtime.fork`; ``mcp_url`` and ``token`` are what an external MCP
+    agent needs (Docker tiers, through the gateway).
+    """
 
-    def __init__(self, runtime: Runtime, env: str, env_digest: str) -> None:
+    def __init__(
+        self,
+        server: Server,
+        instance_id: str,
+        isolation: str,
+        *,
+        snapshots: SnapshotStore,
+        release: Callable[[Sandbox], Awaitable[None]],
+        server_status: Callable[[Server], Awaitable[str]],
+        server_noun: str = "server",
+    ) -> None:
         self.id = "sb_" + secrets.token_hex(8)
-        self.runtime = runtime
-        self.env = env
-        self.env_digest = env_digest
+        self.server = server
+        self.instance_id = instance_id
+        self.isolation = isolation
+        self.env = server.spec.name
+        self.env_digest = server.spec.digest
+        self.token = secrets.token_urlsafe(24) if server.agent_address else None
+        self.mcp_url: str | None = None
         self.closed = False
         self.ended: str | None = None
         self.expires_at: float | None = None
+        self._client = server.client
+        self._snapshots = snapshots
+        self._release = release
+        self._server_status = server_status
+        self._server_noun = server_noun
+
+    @property
+    def upstream(self) -> Upstream | None:
+        """Where the gateway forwards this sandbox's MCP traffic (None without an agent plane)."""
+        return self.server.upstream(agent_path(self.instance_id))
 
     def renew(self, ttl: float) -> float:
         """Extend the lease to `ttl` seconds from now; returns the new expiry (epoch seconds)."""
@@ -48,39 +66,49 @@ class Sandbox(abc.ABC):
         if self.ended is not None:
             raise SandboxGone(f"sandbox {self.id} has ended: {self.ended}")
 
-    @abc.abstractmethod
+    async def _guard(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run a server call; if it fails because the server is gone, end the sandbox and say so."""
+        self._check()
+        try:
+            return await call()
+        except (UpstreamError, SandboxGone) as exc:
+            status = await self._server_status(self.server)
+            if status != "running":
+                await self.close(f"its {self._server_noun} is {status}")
+                raise SandboxGone(f"sandbox {self.id} has ended: {self.ended}") from None
+            raise exc from None
+
     async def list_tools(self) -> list[dict[str, Any]]:
         """The environment's tools in MCP wire form."""
+        return await self._guard(lambda: self._client.list_tools(self.instance_id))
 
-    @abc.abstractmethod
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """Call a tool; raises `UnknownToolError` for a name the environment lacks."""
+        return await self._guard(lambda: self._client.call_tool(self.instance_id, name, arguments))
 
-    @abc.abstractmethod
     async def state(self) -> dict[str, Any]:
         """The current state as JSON data."""
-
-    @abc.abstractmethod
-    async def load_state(self, state: dict[str, Any]) -> None:
-        """Replace the state; raises `pydantic.ValidationError` (state kept) when it is invalid."""
-
-    @abc.abstractmethod
-    async def reset(self) -> None:
-        """Back to the environment's seed state."""
-
-    @abc.abstractmethod
-    async def _release(self) -> None: ...
+        return await self._guard(lambda: self._client.get_state(self.instance_id))
 
     async def state_sha256(self) -> str:
-        return sha256_hex(canonical_json(await self.state()))
+        """sha256 of the canonical state."""
+        return await self._guard(lambda: self._client.state_sha256(self.instance_id))
+
+    async def load_state(self, state: dict[str, Any]) -> None:
+        """Replace the state; raises `InvalidState` (state kept) when it is invalid."""
+        await self._guard(lambda: self._client.put_state(self.instance_id, state))
+
+    async def reset(self) -> None:
+        """Back to the environment's seed state."""
+        await self._guard(lambda: self._client.reset(self.instance_id))
 
     async def snapshot(self) -> Snapshot:
         """Store the current state, content-addressed, and return its handle."""
-        return self.runtime.snapshots.put(self.env, self.env_digest, await self.state())
+        return self._snapshots.put(self.env, self.env_digest, await self.state())
 
     async def restore(self, snapshot: Snapshot | str) -> None:
         """Load a snapshot taken from the same environment (refused otherwise, state untouched)."""
-        snap = self.runtime.snapshots.get(snapshot) if isinstance(snapshot, str) else snapshot
+        snap = self._snapshots.get(snapshot) if isinstance(snapshot, str) else snapshot
         snap.check_compatible(self.env, self.env_digest)
         await self.load_state(snap.state)
 
@@ -89,8 +117,7 @@ class Sandbox(abc.ABC):
         if not self.closed:
             self.closed = True
             self.ended = self.ended or reason
-            self.runtime._forget(self)
-            await self._release()
+            await self._release(self)
 
     async def __aenter__(self) -> Sandbox:
         return self
@@ -100,104 +127,3 @@ class Sandbox(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<Sandbox {self.id} {self.env} isolation={self.isolation}>"
-
-
-class LocalSandbox(Sandbox):
-    """In-process tier: for tests and trusted reward replay. Same results as the isolated tiers."""
-
-    isolation = "local"
-
-    def __init__(self, runtime: Runtime, instance: Instance, env_digest: str) -> None:
-        super().__init__(runtime, instance.env.name, env_digest)
-        self.instance = instance
-
-    async def list_tools(self) -> list[dict[str, Any]]:
-        self._check()
-        return self.instance.env.list_tools()
-
-    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
-        self._check()
-        return self.instance.call_tool(name, arguments)
-
-    async def state(self) -> dict[str, Any]:
-        self._check()
-        return self.instance.state.to_json()
-
-    async def state_sha256(self) -> str:
-        self._check()
-        return self.instance.state.sha256()
-
-    async def load_state(self, state: dict[str, Any]) -> None:
-        self._check()
-        try:
-            self.instance.load_state(state)
-        except ValidationError as exc:
-            raise InvalidState(
-                f"invalid state, nothing was changed: {exc}", exc.errors(include_url=False)
-            ) from None
-
-    async def reset(self) -> None:
-        self._check()
-        self.instance.reset()
-
-    async def _release(self) -> None:
-        pass
-
-
-class RemoteSandbox(Sandbox):
-    """A sandbox served by an environment container: its own container, or an instance in a shared one."""
-
-    def __init__(
-        self,
-        runtime: Runtime,
-        isolation: str,
-        container: EnvContainer,
-        client: EnvClient,
-        instance_id: str,
-        token: str,
-    ) -> None:
-        super().__init__(runtime, container.env_name, container.env_digest)
-        self.isolation = isolation
-        self.container = container
-        self.client = client
-        self.instance_id = instance_id
-        self.path = "/mcp" if instance_id == "default" else f"/i/{instance_id}/mcp"
-        self.token = token
-
-    @property
-    def upstream_url(self) -> str:
-        """Where the gateway forwards this sandbox's MCP traffic."""
-        return self.container.agent_url + self.path
-
-    async def _guard(self, call: Callable[[], Awaitable[Any]]) -> Any:
-        self._check()
-        try:
-            return await call()
-        except (httpx2.TransportError, SandboxGone) as exc:
-            status = await self.runtime._container_status(self.container)
-            if status != "running":
-                self.ended = f"its container is {status}"
-                await self.close(self.ended)
-                raise SandboxGone(f"sandbox {self.id} has ended: its container is {status}") from None
-            raise SandboxGone(f"sandbox {self.id}: the environment server did not answer ({exc})") from exc
-
-    async def list_tools(self) -> list[dict[str, Any]]:
-        return await self._guard(lambda: self.client.list_tools(self.path))
-
-    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
-        return await self._guard(lambda: self.client.call_tool(self.path, name, arguments))
-
-    async def state(self) -> dict[str, Any]:
-        return (await self._guard(lambda: self.client.get_state(self.instance_id)))["state"]
-
-    async def state_sha256(self) -> str:
-        return (await self._guard(lambda: self.client.get_state(self.instance_id)))["sha256"]
-
-    async def load_state(self, state: dict[str, Any]) -> None:
-        await self._guard(lambda: self.client.put_state(self.instance_id, state))
-
-    async def reset(self) -> None:
-        await self._guard(lambda: self.client.reset(self.instance_id))
-
-    async def _release(self) -> None:
-        await self.runtime._release_remote(self)

@@ -15,21 +15,11 @@ import anyio
 from anyio.abc import SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from envreg.errors import UpstreamError, UpstreamTimeout
+
 MAX_HEAD = 64 * 1024
 IDLE_SECONDS = 30.0  # below the environment server's keep-alive timeout, so a pooled connection is open
 READ_TIMEOUT = 30.0
-
-
-class UpstreamError(Exception):
-    """The environment server did not answer with a well-formed HTTP/1.1 response."""
-
-
-class UpstreamTimeout(UpstreamError):
-    """The environment server accepted the request but sent no answer in time."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"no answer in {seconds:g} s")
-        self.seconds = seconds
 
 
 @dataclass(eq=False)
@@ -73,7 +63,7 @@ class UpstreamPool:
             with anyio.fail_after(self.timeout):
                 stream = await anyio.connect_tcp(key[1], key[2])
         except TimeoutError:
-            raise UpstreamTimeout(self.timeout) from None
+            raise UpstreamTimeout(f"no answer in {self.timeout:g} s") from None
         return _Connection(stream, BufferedByteReceiveStream(stream)), False
 
     async def _purge(self, now: float) -> None:
@@ -103,7 +93,7 @@ class UpstreamPool:
                 break
             except TimeoutError:
                 await conn.stream.aclose()
-                raise UpstreamTimeout(self.timeout) from None
+                raise UpstreamTimeout(f"no answer in {self.timeout:g} s") from None
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.IncompleteRead, OSError) as exc:
                 await conn.stream.aclose()
                 if not reused:  # a pooled connection the server (or its container) dropped: try a new one

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from envreg.server.http import BodyTooLarge, read_body, replay, send_bytes, send_json
+from envreg.server.http import BodyTooLarge, bearer_matches, read_body, replay, send_bytes, send_json
 from envreg.server.instances import InstanceStore, instance_id_from_path
 from envreg.server.lean import HostCheck, LeanPath
 from envreg.server.sdk import LazySDK
@@ -14,7 +14,8 @@ from envreg.server.sdk import LazySDK
 class AgentPlane:
     """Routes each request to its instance; the lean path first, the `mcp` SDK for everything else.
 
-    Only the environment's tools are reachable here: no control route exists on this app.
+    Only the environment's tools are reachable here: no control route exists on this app. With a
+    `token` (every sandbox container has one), each request needs ``Authorization: Bearer <token>``.
     """
 
     def __init__(
@@ -25,8 +26,10 @@ class AgentPlane:
         loopback: bool,
         fast_path: bool = True,
         preload_sdk: bool = False,
+        token: str | None = None,
     ) -> None:
         self.store = store
+        self.token = token
         self.max_body = max_body
         self.sdk = LazySDK(store, max_body, loopback, preload=preload_sdk or not fast_path)
         self.lean = LeanPath(store, HostCheck() if loopback else None) if fast_path else None
@@ -36,6 +39,15 @@ class AgentPlane:
             await self._lifespan(receive, send)
             return
         if scope["type"] != "http":
+            return
+        if self.token is not None and not bearer_matches(scope, self.token):
+            await send_json(
+                send,
+                401,
+                {
+                    "error": "this environment server answers only its runtime: reach the sandbox through its MCP URL"
+                },
+            )
             return
         instance_id = instance_id_from_path(scope["path"])
         if instance_id is None:

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 
 from envreg.env import Environment, load_environment
+from envreg.protocol import AGENT_PORT, CONTROL_PORT
 from envreg.server.agent import AgentPlane
 from envreg.server.control import control_app
 from envreg.server.instances import InstanceStore
@@ -23,12 +24,13 @@ class ServerConfig:
     env: str
     token: str
     host: str = "127.0.0.1"
-    port: int = 8000
-    control_port: int = 8001
+    port: int = AGENT_PORT
+    control_port: int = CONTROL_PORT
     max_instances: int = 4096
     max_body: int = 4 * 1024 * 1024
     fast_path: bool = True
     preload_sdk: bool = False
+    agent_token: str | None = None
 
 
 def load_manifest(env: Environment) -> dict[str, Any]:
@@ -59,6 +61,7 @@ class EnvServer:
             loopback=loopback,
             fast_path=config.fast_path,
             preload_sdk=config.preload_sdk,
+            token=config.agent_token,
         )
         control = control_app(store, config.token, config.max_body, load_manifest(env))
         return cls(store, agent, control)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import Any
 
@@ -14,8 +13,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.canonical import sha256_hex
-from envreg.server.http import BodyTooLarge, read_body, replay, send_json
-from envreg.server.instances import DEFAULT_INSTANCE, InstanceLimitReached, InstanceStore
+from envreg.protocol import DEFAULT_INSTANCE, agent_path
+from envreg.server.http import BodyTooLarge, bearer_matches, bearer_token, read_body, replay, send_json
+from envreg.server.instances import InstanceLimitReached, InstanceStore
 
 
 class BearerAuth:
@@ -23,15 +23,14 @@ class BearerAuth:
 
     def __init__(self, app: ASGIApp, token: str, max_body: int) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.token = token
         self.max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if not hmac.compare_digest(given, self.expected):
+        if not bearer_matches(scope, self.token):
             await send(
                 {
                     "type": "http.response.start",
@@ -39,6 +38,7 @@ class BearerAuth:
                     "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
                 }
             )
+            given = bearer_token(scope)
             message = "missing or wrong bearer token" if given else "missing bearer token"
             await send({"type": "http.response.body", "body": json.dumps({"error": message}).encode()})
             return
@@ -99,7 +99,7 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
         return JSONResponse(manifest)
 
     async def list_instances(request: Request) -> JSONResponse:
-        return JSONResponse({"instances": [{"id": i, "mcp_path": mcp_path(i)} for i in store.ids()]})
+        return JSONResponse({"instances": [{"id": i, "mcp_path": agent_path(i)} for i in store.ids()]})
 
     async def create_instance(request: Request) -> Response:
         data, bad = await json_body(request)
@@ -119,7 +119,7 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
         except ValueError as exc:
             return error(400, str(exc))
         return JSONResponse(
-            {"id": instance_id, "mcp_path": mcp_path(instance_id), "sha256": instance.state.sha256()}, 201
+            {"id": instance_id, "mcp_path": agent_path(instance_id), "sha256": instance.state.sha256()}, 201
         )
 
     async def delete_instance(request: Request) -> Response:
@@ -167,7 +167,3 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
         Route("/instances/{instance_id}/reset", reset, methods=["POST"]),
     ]
     return BearerAuth(Starlette(routes=routes), token, max_body)
-
-
-def mcp_path(instance_id: str) -> str:
-    return "/mcp" if instance_id == DEFAULT_INSTANCE else f"/i/{instance_id}/mcp"

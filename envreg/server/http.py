@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 from typing import Any
 
@@ -59,3 +60,17 @@ def replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return wrapped
+
+
+def bearer_token(scope: Scope) -> bytes | None:
+    """The token of an ``Authorization: Bearer <token>`` header (the scheme is case-insensitive, RFC 7235)."""
+    given = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+    if given is None:
+        return None
+    scheme, _, token = given.strip().partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" and token.strip() else None
+
+
+def bearer_matches(scope: Scope, expected: str) -> bool:
+    """Whether the request carries exactly the bearer token `expected` (compared in constant time)."""
+    return hmac.compare_digest(bearer_token(scope) or b"", expected.encode())

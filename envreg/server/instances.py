@@ -7,13 +7,14 @@ import secrets
 from typing import Any
 
 from envreg.env import Environment, Instance
+from envreg.errors import LimitReached
+from envreg.protocol import DEFAULT_INSTANCE
 
-DEFAULT_INSTANCE = "default"
 _INSTANCE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-class InstanceLimitReached(RuntimeError):
-    pass
+class InstanceLimitReached(LimitReached):
+    """The server holds its maximum number of instances."""
 
 
 class InstanceStore:

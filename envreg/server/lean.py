@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from envreg.protocol import MCP_VERSION as MODERN_VERSION
+from envreg.protocol import META_CLIENT_CAPABILITIES as CLIENT_CAPABILITIES_KEY
+from envreg.protocol import META_CLIENT_INFO as CLIENT_INFO_KEY
+from envreg.protocol import META_PROTOCOL_VERSION as PROTOCOL_VERSION_KEY
+from envreg.protocol import META_SERVER_INFO as SERVER_INFO_KEY
 from envreg.server.instances import InstanceStore
 
-MODERN_VERSION = "2026-07-28"
-PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
-CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
-CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
-SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
-
+_MODERN = MODERN_VERSION.encode()
 _ROUTING_HEADERS = (b"mcp-protocol-version", b"mcp-method", b"mcp-name")
 _CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
 _META_ONLY = frozenset({"_meta"})
@@ -79,7 +79,7 @@ class LeanPath:
             if key.startswith(b"mcp-param-"):
                 return None
             h[key] = value
-        if h.get(b"mcp-protocol-version") != b"2026-07-28":
+        if h.get(b"mcp-protocol-version") != _MODERN:
             return None
         if not h.get(b"content-type", b"").lower().startswith(b"application/json"):
             return None

@@ -11,10 +11,18 @@ state hash in it was produced by executing the calls in a sandbox, never imagine
  "initial_states": {"calendar": {...}}, "initial_state_sha256": {"calendar": "..."},
  "turns": [{"query": "...", "calls": [{"env": "calendar", "tool": "list_events",
             "arguments": {"day": "2026-01-06"}, "masked": [], "result": [...], "is_error": false}],
-            "state_sha256": {"calendar": "..."}}],
+            "state_sha256": {"calendar": "..."}, "states": {"calendar": {...}}, "answer": "...", "messages": []}],
  "final_states": {"calendar": {...}}, "final_state_sha256": {"calendar": "..."},
  "snapshot_ids": {"calendar": "sha256:..."}}
 ```
+
+Fields added later, all optional so older records still load: `Turn.states` (each environment's
+full state after the turn, so that a turn can be replayed or scored on its own), `Turn.answer`
+(the assistant's closing message) and `Turn.messages` (the turn's conversation after the query
+when an LLM solved it: assistant text, tool calls, simulated-user replies, in OpenAI chat form).
+
+Tool names in exports: a trajectory over one environment uses the plain tool names; over several,
+``<env>__<tool>`` (`function_name` / `split_function_name`), as multi-server MCP hosts do.
 """
 
 from __future__ import annotations
@@ -63,6 +71,13 @@ class Turn(BaseModel):
     query: str
     calls: list[ExecutedCall]
     state_sha256: dict[str, str] = Field(default_factory=dict)
+    states: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Each environment's state after the turn."
+    )
+    answer: str = Field(default="", description="The assistant's closing message of the turn.")
+    messages: list[dict[str, Any]] = Field(
+        default_factory=list, description="The turn's conversation after the query, when an LLM solved it."
+    )
 
 
 class Trajectory(BaseModel):
@@ -90,3 +105,36 @@ class Trajectory(BaseModel):
     def calls(self) -> list[ExecutedCall]:
         """Every call of every turn, in order."""
         return [call for turn in self.turns for call in turn.calls]
+
+    def provenance(self) -> dict[str, Any]:
+        """What pins this record: environments (image and manifest digests), seed, snapshots, state hashes."""
+        return {
+            "trajectory_id": self.id,
+            "record_version": self.record_version,
+            "seed": self.seed,
+            "query_source": self.query_source,
+            "envs": [env.model_dump() for env in self.envs],
+            "snapshot_ids": self.snapshot_ids,
+            "initial_state_sha256": self.initial_state_sha256,
+            "final_state_sha256": self.final_state_sha256,
+        }
+
+
+MULTI_ENV_SEPARATOR = "__"
+
+
+def function_name(env: str, tool: str, envs: list[str]) -> str:
+    """The function name a model sees: ``tool`` with one environment, ``env__tool`` with several."""
+    return tool if len(envs) <= 1 else f"{env}{MULTI_ENV_SEPARATOR}{tool}"
+
+
+def split_function_name(name: str, envs: list[str]) -> tuple[str, str]:
+    """The inverse of `function_name`: (env, tool); raises ValueError for a name of no environment."""
+    if len(envs) == 1:
+        return envs[0], name
+    env, sep, tool = name.partition(MULTI_ENV_SEPARATOR)
+    if not sep or env not in envs:
+        raise ValueError(
+            f"{name!r} names no tool of {', '.join(envs)} (expected <env>{MULTI_ENV_SEPARATOR}<tool>)"
+        )
+    return env, tool

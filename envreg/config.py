@@ -1,0 +1,73 @@
+"""Configuration read from the environment, in one place: every ``ENVREG_*`` variable envreg honours.
+
+| variable | meaning | default |
+| --- | --- | --- |
+| `ENVREG_HOME` | index, snapshots, daemon.json, caches | `~/.envreg` |
+| `ENVREG_IMAGES` | where environments are looked up by name | `./images` |
+| `ENVREG_ROOT` | the envreg checkout that `envreg build` builds from | found from the cwd |
+| `ENVREG_MANIFESTS` | where generated manifests are written | `<root>/manifests` |
+| `ENVREG_IMAGE_PREFIX` | local image repository prefix | `envreg/` |
+| `ENVREG_REGISTRY` | default OCI registry for push / pull / search | none |
+| `ENVREG_REGISTRY_USERNAME`, `ENVREG_REGISTRY_PASSWORD` | registry credentials | Docker's store |
+| `ENVREG_INSECURE_REGISTRIES` | comma-separated registries spoken to over plain HTTP | loopback only |
+| `ENVREG_DAEMON_URL`, `ENVREG_TOKEN` | the daemon the CLI talks to (else `$ENVREG_HOME/daemon.json`) | none |
+| `ENVREG_PROGRESS` | `1` forces progress bars even without a terminal | unset |
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _get(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def envreg_home() -> Path:
+    """``$ENVREG_HOME`` (default ``~/.envreg``), created on first use."""
+    home = Path(_get("ENVREG_HOME") or Path.home() / ".envreg")
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def images_root() -> Path:
+    """Where environments are looked up by name: ``$ENVREG_IMAGES`` or ``./images``."""
+    return Path(_get("ENVREG_IMAGES") or "images")
+
+
+def checkout_root() -> Path | None:
+    """``$ENVREG_ROOT`` when set."""
+    value = _get("ENVREG_ROOT")
+    return Path(value).resolve() if value else None
+
+
+def manifests_dir() -> Path | None:
+    value = _get("ENVREG_MANIFESTS")
+    return Path(value) if value else None
+
+
+def image_prefix() -> str:
+    return _get("ENVREG_IMAGE_PREFIX") or "envreg/"
+
+
+def default_registry() -> str | None:
+    return _get("ENVREG_REGISTRY")
+
+
+def registry_credentials() -> tuple[str, str] | None:
+    user = _get("ENVREG_REGISTRY_USERNAME")
+    return (user, os.environ.get("ENVREG_REGISTRY_PASSWORD", "")) if user else None
+
+
+def insecure_registries() -> list[str]:
+    return [r.strip() for r in (_get("ENVREG_INSECURE_REGISTRIES") or "").split(",") if r.strip()]
+
+
+def daemon_override() -> tuple[str | None, str | None]:
+    """(``$ENVREG_DAEMON_URL``, ``$ENVREG_TOKEN``)."""
+    return _get("ENVREG_DAEMON_URL"), _get("ENVREG_TOKEN")
+
+
+def force_progress() -> bool:
+    return _get("ENVREG_PROGRESS") == "1"

@@ -1,0 +1,71 @@
+"""Protocol facts, written once: MCP versions, ports, URL paths, image and container labels, tiers."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+# --- MCP -----------------------------------------------------------------------------------------
+MCP_VERSION = "2026-07-28"
+"""The sessionless protocol the lean path and the runtime's own client speak."""
+MCP_SESSION_VERSION = "2025-11-25"
+"""The session era (``Mcp-Session-Id``), served by the `mcp` SDK."""
+META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+
+# --- the environment server ----------------------------------------------------------------------
+AGENT_PORT = 8000
+CONTROL_PORT = 8001
+DEFAULT_INSTANCE = "default"
+ENV_TOKEN = "ENVREG_TOKEN"
+"""Environment variable holding the control plane's bearer token inside an image."""
+ENV_AGENT_TOKEN = "ENVREG_AGENT_TOKEN"
+"""Environment variable holding the agent plane's secret inside an image (only the gateway knows it)."""
+
+
+def agent_path(instance_id: str) -> str:
+    """The MCP endpoint of an instance on its environment server."""
+    return "/mcp" if instance_id == DEFAULT_INSTANCE else f"/i/{instance_id}/mcp"
+
+
+# --- the gateway ---------------------------------------------------------------------------------
+GATEWAY_PREFIX = "/sandboxes/"
+
+
+def gateway_path(sandbox_id: str) -> str:
+    """A sandbox's MCP endpoint on the gateway (the daemon's port, or a runtime's own gateway)."""
+    return f"{GATEWAY_PREFIX}{sandbox_id}/mcp"
+
+
+# --- labels --------------------------------------------------------------------------------------
+LABEL = "io.envreg"
+NAME_LABEL = f"{LABEL}.name"
+VERSION_LABEL = f"{LABEL}.version"
+MANIFEST_DIGEST_LABEL = f"{LABEL}.manifest.digest"
+MANAGED_LABEL = f"{LABEL}.managed"
+RUNTIME_LABEL = f"{LABEL}.runtime"
+LEASE_LABEL = f"{LABEL}.lease"
+EXPIRES_LABEL = f"{LABEL}.expires"
+ISOLATION_LABEL = f"{LABEL}.isolation"
+KEEPER_LABEL = f"{LABEL}.keeper"
+
+# --- isolation tiers -----------------------------------------------------------------------------
+Isolation = Literal["local", "instance", "container"]
+TIERS: tuple[Isolation, ...] = ("local", "instance", "container")
+SHARED_TIERS = frozenset({"local", "instance"})
+"""Tiers whose sandboxes are instances on a shared server; the others get a dedicated server each."""
+
+__all__ = [
+    "AGENT_PORT",
+    "CONTROL_PORT",
+    "DEFAULT_INSTANCE",
+    "GATEWAY_PREFIX",
+    "MCP_SESSION_VERSION",
+    "MCP_VERSION",
+    "SHARED_TIERS",
+    "TIERS",
+    "Isolation",
+    "agent_path",
+    "gateway_path",
+]

@@ -1,0 +1,110 @@
+"""The `Backend` interface: where environment servers run. One implementation per module.
+
+A backend starts *servers* (an environment server process: in this process, a container, a Ray actor),
+tells when one dies, stops them, and finds what it owns for garbage collection. It knows nothing of
+sandboxes, leases or tiers: the runtime places sandboxes on servers (a dedicated server per sandbox,
+or instances on a shared one) and talks to each server through its `ServerClient`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from envreg.env import ToolResult
+
+
+class ServerClient(Protocol):
+    """What the runtime asks of one environment server (its agent plane and control plane).
+
+    Failures raise envreg errors: `SandboxGone` (no such instance), `InvalidState` (state refused,
+    nothing changed), `UnknownToolError`, `UpstreamError` (the server failed or did not answer).
+    """
+
+    async def list_tools(self, instance_id: str) -> list[dict[str, Any]]: ...
+    async def call_tool(
+        self, instance_id: str, name: str, arguments: dict[str, Any] | None
+    ) -> ToolResult: ...
+    async def get_state(self, instance_id: str) -> dict[str, Any]: ...
+    async def state_sha256(self, instance_id: str) -> str: ...
+    async def put_state(self, instance_id: str, state: dict[str, Any]) -> None: ...
+    async def reset(self, instance_id: str) -> None: ...
+    async def create_instance(self, state: dict[str, Any] | None = None) -> str: ...
+    async def delete_instance(self, instance_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """A resolved environment reference: what a backend starts, and the key warm pools share."""
+
+    key: str
+    """Image ID (Docker, Ray) or manifest digest (local): equal keys start identical servers."""
+    name: str
+    digest: str
+    """The manifest digest: snapshots restore only into the same digest."""
+    payload: Any = None
+    """Backend-specific: the `Environment` for the local backend, nothing for images."""
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where the gateway forwards a sandbox's MCP traffic, and the secret that server requires."""
+
+    host: str
+    port: int
+    path: str
+    token: str | None
+    server_id: str
+
+
+@dataclass(eq=False)
+class Server:
+    """One running environment server and the instances placed on it."""
+
+    id: str
+    spec: EnvSpec
+    client: ServerClient
+    dedicated: bool
+    agent_address: tuple[str, int] | None = None
+    """Host and port of its MCP agent plane; None for in-process servers (no MCP URL)."""
+    agent_token: str | None = None
+    handle: Any = None
+    """Backend-private (a Docker container, an `InstanceStore`, an actor handle)."""
+    instances: set[str] = field(default_factory=set)
+
+    def upstream(self, path: str) -> Upstream | None:
+        if self.agent_address is None:
+            return None
+        host, port = self.agent_address
+        return Upstream(host, port, path, self.agent_token, self.id)
+
+
+class Backend(abc.ABC):
+    """Starts, watches and stops environment servers."""
+
+    name: str
+
+    @abc.abstractmethod
+    async def resolve(self, ref: Any) -> EnvSpec:
+        """An environment reference (name, name:version, digest, image, `Environment`) -> `EnvSpec`."""
+
+    @abc.abstractmethod
+    async def start(self, spec: EnvSpec, *, dedicated: bool) -> Server:
+        """Start one server and return once it answers. A dedicated server hosts one sandbox."""
+
+    @abc.abstractmethod
+    async def stop(self, server: Server) -> None:
+        """Stop a server and free what it holds (idempotent)."""
+
+    @abc.abstractmethod
+    async def status(self, server: Server) -> str:
+        """``"running"``, or why not (``"exited (exit code 137, OOM-killed)"``, ``"removed"``)."""
+
+    def watch(self, on_death: Callable[[str], None]) -> None:  # noqa: B027 - optional
+        """Call `on_death(server_id)` from the event loop when a server dies (backends that can tell)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop every server and free every resource this backend made."""

