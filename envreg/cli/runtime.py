@@ -81,6 +81,26 @@ def _client() -> Any:
 
 
 # serve --------------------------------------------------------------------------------------------
+AllowHost = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Another Host this port answers to (name:port, or name:* for any port), e.g. behind a "
+        "proxy; loopback at this port always works. Repeatable.",
+        metavar="HOST",
+        show_default=False,
+    ),
+]
+CorsOrigin = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="A browser origin allowed to call this port (CORS), e.g. http://localhost:6274; * for any. "
+        "None by default. Repeatable.",
+        metavar="ORIGIN",
+        show_default=False,
+    ),
+]
+
+
 def serve(
     host: Annotated[
         str, typer.Option(help="Bind address. Anything but loopback exposes the API: use with care.")
@@ -110,6 +130,8 @@ def serve(
             help="Base URL agents use to reach this port (default: http://HOST:PORT).", show_default=False
         ),
     ] = None,
+    allow_host: AllowHost = None,
+    cors_origin: CorsOrigin = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Run the runtime daemon: a REST control API (OpenAPI at /openapi.json) and the MCP gateway, on one port."""
@@ -134,6 +156,8 @@ def serve(
         max_sandboxes=max_sandboxes,
         tiers=parse_tiers(tiers),
         public_url=public_url,
+        allowed_hosts=tuple(allow_host or ()),
+        cors_origins=tuple(cors_origin or ()),
         log_level=log_level,
     )
     if host not in ("127.0.0.1", "::1", "localhost"):
@@ -208,6 +232,8 @@ def run_cmd(
         ),
     ] = None,
     port: Annotated[int, typer.Option(help="Gateway port in the foreground (0: any free one).")] = 0,
+    allow_host: AllowHost = None,
+    cors_origin: CorsOrigin = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the sandbox as one JSON line.")] = False,
 ) -> None:
     """Start a sandbox and print its MCP URL and token for an external agent."""
@@ -219,11 +245,16 @@ def run_cmd(
         raise fail("--ttl must be positive", 2)
     if state is not None and snapshot is not None:
         raise fail("give --state or --snapshot, not both", 2)
+    if detach and (allow_host or cors_origin):
+        raise fail(
+            "--allow-host and --cors-origin are the daemon's settings with --detach (`envreg serve`)", 2
+        )
     initial = _read_state(state)
     if detach:
         _run_detached(env, isolation, initial, snapshot, ttl, as_json)
     else:
-        _run_foreground(env, isolation, initial, snapshot, ttl, port, as_json)
+        access = {"allowed_hosts": allow_host or (), "cors_origins": cors_origin or ()}
+        _run_foreground(env, isolation, initial, snapshot, ttl, port, as_json, access)
 
 
 def _run_detached(
@@ -245,7 +276,14 @@ def _run_detached(
 
 
 def _run_foreground(
-    env: str, isolation: str, state: Any, snapshot: str | None, ttl: float | None, port: int, as_json: bool
+    env: str,
+    isolation: str,
+    state: Any,
+    snapshot: str | None,
+    ttl: float | None,
+    port: int,
+    as_json: bool,
+    access: dict[str, Any],
 ) -> None:
     import anyio
 
@@ -253,7 +291,7 @@ def _run_foreground(
     from envreg.runtime import Runtime
 
     async def main() -> None:
-        async with Runtime(gateway=True, gateway_port=port, lease_ttl=ttl or FOREVER) as rt:
+        async with Runtime(gateway=True, gateway_port=port, lease_ttl=ttl or FOREVER, **access) as rt:
             start: Any = state
             try:
                 if snapshot is not None:

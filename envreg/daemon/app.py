@@ -4,10 +4,12 @@
 control API, where every route, ``/openapi.json`` included, needs ``Authorization: Bearer <daemon token>``.
 
 Status codes: 400 bad input (malformed body, a disabled tier, a state together with a snapshot),
-401 missing or wrong token, 404 unknown or ended sandbox, unknown snapshot, environment or tool,
-409 a snapshot of another environment, 422 an invalid state (``errors`` lists each problem;
-nothing was changed), 429 the daemon's sandbox limit, 502 the environment server failed,
-503 the Docker engine is unavailable or failed. Every error body is ``{"error": "..."}``.
+401 missing or wrong token, 403 a browser origin not allowed (``--cors-origin``), 404 unknown or
+ended sandbox, unknown snapshot, environment or tool, 409 a snapshot of another environment,
+421 a Host that is not this daemon's (``--allow-host``), 422 an invalid state (``errors`` lists
+each problem; nothing was changed), 429 the daemon's sandbox limit, 502 the environment server
+failed, 503 the Docker engine is unavailable or failed, 504 a sandbox gave no answer in time.
+Every error body is ``{"error": "..."}``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from envreg.daemon import models as m
 from envreg.errors import BadRequest, EnvregError, LimitReached, NotFound
 from envreg.protocol import GATEWAY_PREFIX
 from envreg.runtime import Runtime, Sandbox, Snapshot
+from envreg.runtime.access import AccessGuard
 from envreg.runtime.gateway import Gateway
 from envreg.server.http import BodyTooLarge, read_body, replay, send_json
 
@@ -49,6 +52,9 @@ class DaemonSettings:
     tiers: tuple[str, ...] = ("instance", "container")
     default_ttl: float | None = None
     max_body: int = MAX_BODY
+    # Host values beyond loopback at this port (``name:port``, ``name:*``); browser origins (CORS)
+    allowed_hosts: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = ()
     reserved: int = field(default=0, init=False)  # sandboxes being created right now
 
     @property
@@ -90,7 +96,12 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     def authorized(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
         given = (credentials.credentials if credentials else "").encode()
         if not credentials or not hmac.compare_digest(given, expected):
-            raise HTTPException(401, "missing or wrong daemon token", headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401,
+                "missing or wrong daemon token: send `Authorization: Bearer <token>` with the token in "
+                "$ENVREG_HOME/daemon.json (or the --token / $ENVREG_TOKEN the daemon was started with)",
+                headers={"WWW-Authenticate": 'Bearer realm="envreg daemon"'},
+            )
 
     def known_query(request: Request) -> None:
         """Unknown query parameters are a mistake worth reporting, not something to ignore."""
@@ -133,6 +144,8 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     def sandbox(sandbox_id: str) -> Sandbox:
         sb = rt.get(sandbox_id)
         shown = sandbox_id if len(sandbox_id) <= 64 else f"{sandbox_id[:61]}..."
+        if sb is None and (reason := rt.ended_reason(sandbox_id)):
+            raise NotFound(f"sandbox {sandbox_id} has ended: {reason}")
         if sb is None:
             raise NotFound(f"no sandbox {shown!r}: it never existed or it has ended")
         if sb.ended is not None:
@@ -438,14 +451,22 @@ def _add_links(doc: dict[str, Any]) -> None:
 
 
 class DaemonApp:
-    """One ASGI app: ``/sandboxes/<id>/mcp`` to the gateway, the rest to the control API (bodies capped)."""
+    """One ASGI app: ``/sandboxes/<id>/mcp`` to the gateway, the rest to the control API (bodies capped).
 
-    def __init__(self, api: FastAPI, gateway: Gateway, max_body: int = MAX_BODY) -> None:
+    Both are behind one `AccessGuard` (Host / Origin checks, CORS for the allowed browser origins).
+    """
+
+    def __init__(self, api: FastAPI, gateway: Gateway, settings: DaemonSettings | None = None) -> None:
         self.api = api
         self.gateway = gateway
-        self.max_body = max_body
+        settings = settings or DaemonSettings(token="")
+        self.max_body = settings.max_body
+        self.guarded = AccessGuard(self.route, settings.allowed_hosts, settings.cors_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.guarded(scope, receive, send)
+
+    async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(GATEWAY_PREFIX):
             await self.gateway(scope, receive, send)
             return
@@ -463,4 +484,4 @@ class DaemonApp:
 
 def create_app(rt: Runtime, settings: DaemonSettings, http: httpx2.AsyncClient) -> DaemonApp:
     """The daemon app over an entered Runtime; `http` is the gateway's upstream client."""
-    return DaemonApp(create_api(rt, settings), Gateway(rt.get, http), settings.max_body)
+    return DaemonApp(create_api(rt, settings), Gateway(rt.get, http, ended=rt.ended_reason), settings)

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
@@ -82,6 +83,8 @@ class DaemonConfig:
     max_sandboxes: int = 1024
     tiers: tuple[str, ...] = ("instance", "container")
     public_url: str | None = None
+    allowed_hosts: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = ()
     write_file: bool = True
     log_level: str = "warning"
 
@@ -121,7 +124,12 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
     port = sock.getsockname()[1]
     url = public_url(config.host, port, config.public_url)
     settings = DaemonSettings(
-        token=token, max_sandboxes=config.max_sandboxes, tiers=config.tiers, default_ttl=config.lease_ttl
+        token=token,
+        max_sandboxes=config.max_sandboxes,
+        tiers=config.tiers,
+        default_ttl=config.lease_ttl,
+        allowed_hosts=(*config.allowed_hosts, urlsplit(url).netloc),  # the URL it gives agents
+        cors_origins=config.cors_origins,
     )
     try:
         async with (
@@ -147,6 +155,7 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
                 async def watch_signals() -> None:
                     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                         async for _ in signals:
+                            app.gateway.end_streams()  # open event streams would hold the shutdown
                             server.should_exit = True
                             return
 
@@ -162,7 +171,7 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
                     write_daemon_file(url, token)
                 if ready is not None:
                     ready(url, token)
-            await app.gateway.upstream.aclose()
+            await app.gateway.aclose()
     finally:
         if config.write_file:
             remove_daemon_file()

@@ -55,7 +55,10 @@ class EnvClient:
         try:
             return await self.http.request(method, url, **kwargs)
         except httpx2.TimeoutException as exc:
-            raise UpstreamTimeout(f"the environment server gave no answer in time ({exc!r})") from None
+            timeout = self.http.timeout
+            limit = timeout.connect if isinstance(exc, httpx2.ConnectTimeout) else timeout.read
+            waited = f"{limit:g} s" if limit else "time"
+            raise UpstreamTimeout(f"the environment server gave no answer in {waited} ({exc!r})") from None
         except httpx2.TransportError as exc:
             raise UpstreamError(f"the environment server did not answer: {exc!r}") from None
 

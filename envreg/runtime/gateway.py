@@ -1,19 +1,31 @@
-"""The gateway: one host port that routes ``/sandboxes/<id>/mcp`` to the right instance, per-sandbox token."""
+"""The gateway: one host port that routes ``/sandboxes/<id>/mcp`` to the right instance, per-sandbox token.
+
+Event streams (the session era's GET, any answer without a Content-Length) are relayed while both
+ends are there: the upstream stream is closed as soon as the client leaves, its sandbox ends or the
+gateway shuts down, so an environment server never holds a stream nobody reads.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
+import anyio
 import httpx2
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
+from envreg.errors import UpstreamError, UpstreamTimeout
 from envreg.protocol import GATEWAY_PREFIX
+from envreg.runtime.access import shorten
 from envreg.runtime.backends.base import Upstream
 from envreg.runtime.sandbox import Sandbox
-from envreg.runtime.upstream import UpstreamError, UpstreamPool
-from envreg.server.http import BodyTooLarge, bearer_matches, read_body, send_json
+from envreg.runtime.upstream import READ_TIMEOUT, UpstreamPool
+from envreg.server.http import BodyTooLarge, bearer_matches, read_body
+
+logger = logging.getLogger("envreg.gateway")
 
 _HOP_BY_HOP = {
     b"connection",
@@ -25,9 +37,16 @@ _HOP_BY_HOP = {
     b"proxy-authorization",
     b"proxy-connection",
 }
-_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"authorization", b"content-length"}
+# Host and Origin were checked here (`AccessGuard`); the environment server sees the gateway as its client
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"authorization", b"content-length", b"origin"}
 _NOT_RELAYED = _HOP_BY_HOP | {b"date", b"server"}  # uvicorn sets its own
+_BROKEN = (httpx2.TransportError, UpstreamError, anyio.EndOfStream, anyio.IncompleteRead, OSError)
 PREFIX = GATEWAY_PREFIX
+HOW_TO_AUTHENTICATE = (
+    "missing or wrong sandbox token: send `Authorization: Bearer <token>` with this sandbox's own token "
+    "(`sb.token` in Python, printed by `envreg run`, `token` in the `POST /v1/sandboxes` response)"
+)
+ENDED_POLL_SECONDS = 1.0
 
 
 def sandbox_id_from_path(path: str) -> str | None:
@@ -37,16 +56,45 @@ def sandbox_id_from_path(path: str) -> str | None:
     return parts[0] if len(parts) == 2 and parts[1] == "mcp" and parts[0] else None
 
 
+async def send_error(
+    send: Send, status: int, message: str, headers: Iterable[tuple[bytes, bytes]] = ()
+) -> None:
+    """A JSON ``{"error": message}`` answer."""
+    body = json.dumps({"error": message}).encode()
+    start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": [*start, *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
 class Gateway:
-    """Streams MCP traffic to sandboxes; 401 without the sandbox's token, 404 once it has ended."""
+    """Streams MCP traffic to sandboxes; 401 without the sandbox's token, 404 once it has ended.
+
+    `lookup` finds a live sandbox by id; `ended` says why an id that is no longer live ended (its
+    lease expired, it was deleted); `timeout` bounds the wait for an environment server's answer
+    (a 504 after it). Host and Origin are checked in front of it, by `envreg.runtime.access.AccessGuard`.
+    """
 
     def __init__(
-        self, lookup: Callable[[str], Sandbox | None], http: httpx2.AsyncClient, max_body: int = 4 << 20
+        self,
+        lookup: Callable[[str], Sandbox | None],
+        http: httpx2.AsyncClient,
+        max_body: int = 4 << 20,
+        *,
+        ended: Callable[[str], str | None] | None = None,
+        timeout: float = READ_TIMEOUT,
     ):
         self.lookup = lookup
+        self.ended = ended or (lambda _: None)
         self.http = http
         self.max_body = max_body
-        self.upstream = UpstreamPool()
+        self.timeout = timeout
+        self.upstream = UpstreamPool(timeout)
+        self._streams: set[anyio.CancelScope] = set()
+        self._closing = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -55,77 +103,153 @@ class Gateway:
         sandbox = self.lookup(sandbox_id) if sandbox_id else None
         upstream = sandbox.upstream if sandbox is not None and sandbox.ended is None else None
         if sandbox is None or upstream is None:
-            what = f"sandbox {sandbox_id!r}" if sandbox_id else scope["path"]
-            reason = sandbox.ended if sandbox is not None and sandbox.ended else "unknown or ended"
-            await send_json(
-                send, 404, {"error": f"no {what}: {reason}; MCP endpoints are /sandboxes/<id>/mcp"}
-            )
+            await send_error(send, 404, self._not_found(scope["path"], sandbox_id, sandbox))
             return
         if not sandbox.token or not bearer_matches(scope, sandbox.token):
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
-                }
-            )
-            await send({"type": "http.response.body", "body": b'{"error":"missing or wrong sandbox token"}'})
+            given = any(k == b"authorization" for k, _ in scope["headers"])
+            challenge = b'Bearer realm="envreg sandbox"' + (b', error="invalid_token"' if given else b"")
+            await send_error(send, 401, HOW_TO_AUTHENTICATE, [(b"www-authenticate", challenge)])
             return
         try:
             body = await read_body(scope, receive, self.max_body)
         except BodyTooLarge:
-            await send_json(send, 413, {"error": f"request body over the {self.max_body} byte limit"})
+            await send_error(send, 413, f"request body over the {self.max_body} byte limit")
             return
-        headers = [(k, v) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
+        # values without surrounding whitespace, as RFC 9110 5.5 parses them (`Mcp-Name:  x ` is `x`)
+        headers = [(k, v.strip(b" \t")) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
         if upstream.token:
             headers.append((b"authorization", f"Bearer {upstream.token}".encode()))
         query = f"?{scope['query_string'].decode()}" if scope.get("query_string") else ""
         if scope["method"] == "POST":
-            await self._post(sandbox, upstream, upstream.path + query, headers, body, send)
+            await self._post(sandbox, upstream, upstream.path + query, headers, body, receive, send)
         else:
             url = f"http://{upstream.host}:{upstream.port}{upstream.path}{query}"
-            await self._stream(sandbox, scope["method"], url, headers, body, send)
+            await self._stream(sandbox, scope["method"], url, headers, body, receive, send)
+
+    def _not_found(self, path: str, sandbox_id: str | None, sandbox: Sandbox | None) -> str:
+        if sandbox_id is None:
+            return f"no MCP endpoint at {shorten(path)!r}: sandboxes answer at /sandboxes/<id>/mcp"
+        reason = (sandbox.ended if sandbox is not None else None) or self.ended(sandbox_id)
+        if reason:
+            return f"sandbox {sandbox_id} has ended: {reason}"
+        if sandbox is not None:
+            return (
+                f"sandbox {sandbox_id} is on the local tier, which has no MCP URL; lease it on a Docker tier"
+            )
+        return f"no sandbox {shorten(sandbox_id)!r}: it never existed here, or it ended long ago"
+
+    def _no_answer(self, sandbox: Sandbox) -> str:
+        return f"sandbox {sandbox.id}: no answer in {self.timeout:g} s; the call may still complete"
 
     async def _post(
-        self, sandbox: Sandbox, upstream: Upstream, target: str, headers: list, body: bytes, send: Send
+        self,
+        sandbox: Sandbox,
+        upstream: Upstream,
+        target: str,
+        headers: list,
+        body: bytes,
+        receive: Receive,
+        send: Send,
     ) -> None:
         """The hot path: one MCP message over a pooled keep-alive connection."""
         try:
             key = (upstream.server_id, upstream.host, upstream.port)
             response = await self.upstream.post(key, target, headers, body)
+        except UpstreamTimeout:
+            await send_error(send, 504, self._no_answer(sandbox))
+            return
         except (UpstreamError, OSError) as exc:
-            await send_json(send, 502, {"error": f"sandbox {sandbox.id} did not answer: {exc}"})
+            await send_error(send, 502, f"sandbox {sandbox.id} did not answer: {_reason(exc)}")
             return
         try:
-            await _relay(send, response.status, response.headers, response.body)
+            await self._relay(sandbox, response.status, response.headers, response.body, receive, send)
         finally:
             await response.body.aclose()
 
     async def _stream(
-        self, sandbox: Sandbox, method: str, url: str, headers: list, body: bytes, send: Send
+        self,
+        sandbox: Sandbox,
+        method: str,
+        url: str,
+        headers: list,
+        body: bytes,
+        receive: Receive,
+        send: Send,
     ) -> None:
         """Everything else (the session era's GET stream, DELETE) through the general client."""
-        request = self.http.build_request(method, url, headers=headers, content=body)
+        request = self.http.build_request(
+            method, url, headers=headers, content=body, timeout=httpx2.Timeout(self.timeout, read=None)
+        )
         try:
-            response = await self.http.send(request, stream=True)
+            with anyio.fail_after(self.timeout):
+                response = await self.http.send(request, stream=True)
+        except TimeoutError:
+            await send_error(send, 504, self._no_answer(sandbox))
+            return
         except httpx2.TransportError as exc:
-            await send_json(send, 502, {"error": f"sandbox {sandbox.id} did not answer: {exc}"})
+            await send_error(send, 502, f"sandbox {sandbox.id} did not answer: {_reason(exc)}")
             return
         try:
-            await _relay(send, response.status_code, response.headers.raw, response.aiter_raw())
+            await self._relay(
+                sandbox, response.status_code, response.headers.raw, response.aiter_raw(), receive, send
+            )
         finally:
             await response.aclose()
 
+    async def _relay(
+        self,
+        sandbox: Sandbox,
+        status: int,
+        headers: Iterable[tuple[bytes, bytes]],
+        chunks: AsyncIterator[bytes],
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Relay an upstream answer without hop-by-hop headers or the upstream's date/server.
 
-async def _relay(
-    send: Send, status: int, headers: Iterable[tuple[bytes, bytes]], chunks: AsyncIterator[bytes]
-) -> None:
-    """Stream an upstream response to the client, without hop-by-hop headers or the upstream's date/server."""
-    out = [(k.lower(), v) for k, v in headers if k.lower() not in _NOT_RELAYED]
-    await send({"type": "http.response.start", "status": status, "headers": out})
-    async for chunk in chunks:
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    await send({"type": "http.response.body", "body": b""})
+        An answer of known length is relayed as it is. A stream is relayed until it ends, the client
+        leaves, the sandbox ends or the gateway shuts down; an upstream that breaks off ends it.
+        """
+        out = [(k.lower(), v) for k, v in headers if k.lower() not in _NOT_RELAYED]
+        await send({"type": "http.response.start", "status": status, "headers": out})
+        if any(k == b"content-length" for k, _ in out):
+            async for chunk in chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        else:
+            async with anyio.create_task_group() as tg:
+                if self._closing:
+                    tg.cancel_scope.cancel()
+                self._streams.add(tg.cancel_scope)
+                try:
+                    tg.start_soon(self._watch, sandbox, receive, tg.cancel_scope)
+                    try:
+                        async for chunk in chunks:
+                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    except _BROKEN as exc:
+                        logger.info("sandbox %s: its event stream broke off: %s", sandbox.id, _reason(exc))
+                    tg.cancel_scope.cancel()
+                finally:
+                    self._streams.discard(tg.cancel_scope)
+        await send({"type": "http.response.body", "body": b""})
+
+    @staticmethod
+    async def _watch(sandbox: Sandbox, receive: Receive, stream: anyio.CancelScope) -> None:
+        """End `stream` once the client has gone or the sandbox has ended."""
+        while sandbox.ended is None:
+            with anyio.move_on_after(ENDED_POLL_SECONDS):
+                if (await receive())["type"] == "http.disconnect":
+                    break
+        stream.cancel()
+
+    def end_streams(self) -> None:
+        """End every relayed stream now, and any that starts from now on (their clients see them end)."""
+        self._closing = True
+        for scope in list(self._streams):
+            scope.cancel()
+
+    async def aclose(self) -> None:
+        self.end_streams()
+        await self.upstream.aclose()
 
 
 class QuietServer(uvicorn.Server):

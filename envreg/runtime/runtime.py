@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections import OrderedDict
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -19,6 +21,8 @@ from envreg.runtime.backends.local import LocalBackend
 from envreg.runtime.placement import Placement
 from envreg.runtime.sandbox import Sandbox
 from envreg.runtime.snapshots import Snapshot, SnapshotStore
+
+ENDED_KEPT = 4096
 
 
 class Runtime:
@@ -37,6 +41,8 @@ class Runtime:
     is refilled in the background from its first acquire on, and `warm()` fills one at once. The
     isolated tiers need the runtime entered as a context manager: leaving it removes every container
     and network it made.
+    The gateway answers ``127.0.0.1``/``localhost``/``[::1]`` at its port and `allowed_hosts`
+    (``name:port`` or ``name:*``); browser pages at `cors_origins` may call it (none by default).
     """
 
     def __init__(
@@ -52,6 +58,8 @@ class Runtime:
         gateway_port: int = 0,
         instances_per_container: int = 256,
         limits: Any = None,
+        allowed_hosts: Sequence[str] = (),
+        cors_origins: Sequence[str] = (),
     ) -> None:
         self.id = "rt_" + secrets.token_hex(6)
         self.snapshots = snapshots or SnapshotStore()
@@ -63,6 +71,8 @@ class Runtime:
         self.gateway_host = gateway_host
         self.gateway_port = gateway_port
         self.gateway_url: str | None = None
+        self.allowed_hosts = tuple(allowed_hosts)
+        self.cors_origins = tuple(cors_origins)
         self.instances_per_container = instances_per_container
         self._backend_choice = backend
         self._backend_options = {"limits": limits} if limits is not None else {}
@@ -75,6 +85,7 @@ class Runtime:
         self._http: httpx2.AsyncClient | None = None
         self._setup_lock = anyio.Lock()
         self._gateway: Any = None
+        self._ended: OrderedDict[str, str] = OrderedDict()  # why recent sandboxes ended, for their URLs
         self._gateway_server: Any = None
 
     async def __aenter__(self) -> Runtime:
@@ -183,6 +194,10 @@ class Runtime:
     def get(self, sandbox_id: str) -> Sandbox | None:
         return self.sandboxes.get(sandbox_id)
 
+    def ended_reason(self, sandbox_id: str) -> str | None:
+        """Why a sandbox of this runtime ended ("its lease expired", ...), for the last few thousand."""
+        return self._ended.get(sandbox_id)
+
     async def resolve(self, env: str | Environment, isolation: Isolation = "container") -> EnvSpec:
         """What `env` names on `isolation`'s backend (an image ID, or the local environment's digest).
 
@@ -200,6 +215,9 @@ class Runtime:
 
     async def _release(self, sandbox: Sandbox) -> None:
         self.sandboxes.pop(sandbox.id, None)
+        self._ended[sandbox.id] = sandbox.ended or "closed"
+        if len(self._ended) > ENDED_KEPT:
+            self._ended.popitem(last=False)
         placement = self._local if sandbox.isolation == "local" else self._isolated
         if placement is not None:
             await placement.release(sandbox.server, sandbox.instance_id)
@@ -253,12 +271,13 @@ class Runtime:
     async def _serve_gateway(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         import uvicorn
 
+        from envreg.runtime.access import AccessGuard
         from envreg.runtime.gateway import Gateway, QuietServer
 
         assert self._http is not None
-        gateway = self._gateway = Gateway(self.get, self._http)
+        gateway = self._gateway = Gateway(self.get, self._http, ended=self.ended_reason)
         config = uvicorn.Config(
-            gateway,
+            AccessGuard(gateway, self.allowed_hosts, self.cors_origins),
             host=self.gateway_host,
             port=self.gateway_port,
             lifespan="off",
@@ -292,6 +311,8 @@ class Runtime:
     async def close(self) -> None:
         """Release every sandbox, server and network this runtime holds."""
         with anyio.CancelScope(shield=True):
+            if self._gateway is not None:
+                self._gateway.end_streams()
             async with anyio.create_task_group() as tg:
                 for sandbox in list(self.sandboxes.values()):
                     tg.start_soon(sandbox.close)

@@ -15,13 +15,11 @@ import anyio
 from anyio.abc import SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from envreg.errors import UpstreamError, UpstreamTimeout
+
 MAX_HEAD = 64 * 1024
 IDLE_SECONDS = 30.0  # below the environment server's keep-alive timeout, so a pooled connection is open
 READ_TIMEOUT = 30.0
-
-
-class UpstreamError(Exception):
-    """The environment server did not answer with a well-formed HTTP/1.1 response."""
 
 
 @dataclass(eq=False)
@@ -45,7 +43,8 @@ Key = tuple[str, str, int]
 class UpstreamPool:
     """Idle connections per upstream; a connection goes back only after a complete response."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float = READ_TIMEOUT) -> None:
+        self.timeout = timeout
         self._idle: dict[Key, list[_Connection]] = defaultdict(list)
         self._purged = time.monotonic()
 
@@ -60,7 +59,11 @@ class UpstreamPool:
             if now - conn.idle_since < IDLE_SECONDS:
                 return conn, True
             await conn.stream.aclose()
-        stream = await anyio.connect_tcp(key[1], key[2])
+        try:
+            with anyio.fail_after(self.timeout):
+                stream = await anyio.connect_tcp(key[1], key[2])
+        except TimeoutError:
+            raise UpstreamTimeout(f"no answer in {self.timeout:g} s") from None
         return _Connection(stream, BufferedByteReceiveStream(stream)), False
 
     async def _purge(self, now: float) -> None:
@@ -84,13 +87,13 @@ class UpstreamPool:
         while True:
             conn, reused = await self._connection(key)
             try:
-                with anyio.fail_after(READ_TIMEOUT):
+                with anyio.fail_after(self.timeout):
                     await conn.stream.send(request)
                     raw = await conn.reader.receive_until(b"\r\n\r\n", MAX_HEAD)
                 break
             except TimeoutError:
                 await conn.stream.aclose()
-                raise UpstreamError(f"{host}:{port} did not answer within {READ_TIMEOUT:.0f}s") from None
+                raise UpstreamTimeout(f"no answer in {self.timeout:g} s") from None
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.IncompleteRead, OSError) as exc:
                 await conn.stream.aclose()
                 if not reused:  # a pooled connection the server (or its container) dropped: try a new one
