@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from envreg.canonical import digest
-from envreg.env import Environment, load_scenarios
+from envreg.env import Budgets, Environment, load_scenarios
 from envreg.protocol import AGENT_PORT, CONTROL_PORT
 
 MANIFEST_SCHEMA_VERSION = 1
@@ -37,6 +37,10 @@ class RuntimeFacts(BaseModel):
         default="none", description="Egress the environment needs: 'none' for every verified one."
     )
     agent_path: str = "/i/{instance}/mcp"
+    budgets: Budgets | None = Field(
+        default=None,
+        description="Start-up and latency budgets `envreg validate` holds the image to, when declared.",
+    )
 
 
 class Digests(BaseModel):
@@ -111,6 +115,7 @@ def build_manifest(env: Environment) -> Manifest:
         volatile=list(env.volatile),
         scenarios=len(scenarios),
         rejected_states=len(rejected),
+        runtime=RuntimeFacts(budgets=env.budgets),
         digests=Digests(
             tools=digest([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]),
             state_schema=digest(state_schema),

@@ -11,6 +11,7 @@ from envreg.cli import registry as registry_cmd
 from envreg.cli import runtime as runtime_cmd
 from envreg.cli import serve_env as serve_env_cmd
 from envreg.cli import synth as synth_cmd
+from envreg.cli import validate as validate_cmd
 
 app = typer.Typer(
     name="envreg",
@@ -27,6 +28,7 @@ runtime_cmd.register(app)
 registry_cmd.register(app)
 serve_env_cmd.register(app)
 synth_cmd.register(app)
+validate_cmd.register(app)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
+from envreg.env.budgets import Budgets
 from envreg.env.state import EnvState
 from envreg.env.tool import Tool, ToolAnnotations, ToolError, ToolResult
 from envreg.errors import UnknownToolError
@@ -40,6 +41,7 @@ class Environment(Generic[S]):
         description: str = "",
         volatile: Iterable[str] = (),
         check_state: bool = True,
+        budgets: Budgets | None = None,
     ) -> None:
         if not issubclass(state_model, EnvState):
             raise TypeError(f"{state_model.__name__} must subclass envreg.env.EnvState")
@@ -50,6 +52,7 @@ class Environment(Generic[S]):
         self.description = description
         self.volatile = tuple(volatile)
         self.check_state = check_state
+        self.budgets = budgets
         self.tools: dict[str, Tool] = {}
         self.seed: dict[str, Any] | None = None
         self.folder: Path | None = None
