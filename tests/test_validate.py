@@ -55,7 +55,7 @@ def test_select_by_name_group_and_glob() -> None:
     names = [c.name for c in run]
     assert "manifest.tools" in names and "state.roundtrip" in names
     assert "state.determinism" not in names and "sandbox.non_root" not in names
-    assert {c.name for c in run} | {c.name for c in dropped} == set(CHECKS)
+    assert [c.name for c in dropped] == ["state.determinism"]  # reported as skipped; the rest not at all
     with pytest.raises(ValueError, match="'stat' matches no check"):
         select(["stat"])
 

@@ -38,6 +38,7 @@ def _render(report) -> None:  # type: ignore[no-untyped-def]
     out.print(head)
     if report.error:
         out.print(Text.assemble(("  error: ", "bold red"), report.error))
+    if not report.results:
         return
     table = Table(box=None, pad_edge=False, show_header=False, padding=(0, 1, 0, 2))
     table.add_column("check", no_wrap=True)

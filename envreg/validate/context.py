@@ -19,6 +19,7 @@ import anyio
 
 from envreg.env import Budgets, RejectedState, Scenario, load_scenarios
 from envreg.env.budgets import DEFAULT_BUDGETS
+from envreg.errors import EnvregError
 from envreg.manifest import Manifest
 from envreg.runtime import Runtime, Sandbox
 from envreg.validate import probe
@@ -28,6 +29,12 @@ from envreg.validate.target import Image, Target
 from envreg.validate.ts import SchemaWorker
 
 T = TypeVar("T")
+
+
+class NoContainer(EnvregError):
+    """A container of the image did not start: nothing that needs one can be checked (`start_error` says why)."""
+
+
 REPLAY_GAP = 1.1
 """Seconds between the end of the first scenario run and the start of the replay: a tool that reads the
 wall clock, even to the second, then sees another time."""
@@ -92,6 +99,8 @@ class Context:
         self.main_lock = anyio.Lock()
         self.second_lock = anyio.Lock()
         self.startup_ms: float | None = None
+        self.start_error: str | None = None
+        """Why a container of the image did not start (reported once, for the whole image)."""
         self.sandboxes: list[Sandbox] = []
         self.manifest_raw = _read(image.env_dir / "manifest.json")
         self.manifest_json: dict[str, Any] = {}
@@ -163,15 +172,21 @@ class Context:
 
     async def _start_main(self) -> Sandbox:
         t0 = time.perf_counter()
-        sandbox = await self.rt.sandbox(self.image.runtime_ref, isolation="container")
-        self.sandboxes.append(sandbox)
+        sandbox = await self._start("container 1")
         await sandbox.list_tools()
         self.startup_ms = (time.perf_counter() - t0) * 1000
         return sandbox
 
     async def _start_second(self) -> Sandbox:
         await self.main()
-        sandbox = await self.rt.sandbox(self.image.runtime_ref, isolation="container")
+        return await self._start("container 2")
+
+    async def _start(self, which: str) -> Sandbox:
+        try:
+            sandbox = await self.rt.sandbox(self.image.runtime_ref, isolation="container")
+        except EnvregError as exc:
+            self.start_error = self.start_error or f"{which} of the image did not start: {exc}"
+            raise NoContainer(f"{which} did not start (see the image's error)") from None
         self.sandboxes.append(sandbox)
         return sandbox
 

@@ -89,8 +89,9 @@ def check(name: str, description: str) -> Callable[[CheckFn], CheckFn]:
 
 
 def select(only: Iterable[str] = (), skip: Iterable[str] = ()) -> tuple[list[Check], list[Check]]:
-    """(checks to run, checks skipped on request). Patterns are shell-style: ``state.*``, ``*.determinism``,
-    or a group name (``sandbox``). Raises `ValueError` naming a pattern that matches no check."""
+    """(checks to run, checks skipped on request: reported as skipped). Patterns are shell-style
+    (``state.*``, ``*.determinism``) or a group name (``sandbox``); checks that `only` leaves out are
+    not reported at all. Raises `ValueError` naming a pattern that matches no check."""
     only, skip = list(only), list(skip)
 
     def matches(pattern: str) -> set[str]:
@@ -102,7 +103,7 @@ def select(only: Iterable[str] = (), skip: Iterable[str] = ()) -> tuple[list[Che
     wanted = set().union(*(matches(p) for p in only)) if only else set(CHECKS)
     unwanted = set().union(*(matches(p) for p in skip)) if skip else set()
     run = [c for n, c in CHECKS.items() if n in wanted and n not in unwanted]
-    dropped = [c for n, c in CHECKS.items() if n in unwanted or n not in wanted]
+    dropped = [c for n, c in CHECKS.items() if n in wanted and n in unwanted]
     return run, dropped
 
 
@@ -145,7 +146,8 @@ class EnvReport:
     results: list[CheckResult] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
-    """Why the image could not be checked at all (then `results` is empty)."""
+    """Why the image could not be checked (not found, not loadable), or could not be started: then the
+    checks that need a container failed saying so."""
 
     @property
     def passed(self) -> bool:

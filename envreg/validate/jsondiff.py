@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 _MISSING = object()
+ROOT = "(the whole value)"
 
 
 def differences(a: Any, b: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
@@ -22,7 +23,7 @@ def differences(a: Any, b: Any, path: str = "") -> Iterator[tuple[str, Any, Any]
             right = b[i] if i < len(b) else _MISSING
             yield from differences(left, right, f"{path}.{i}" if path else str(i))
     elif not _same(a, b):
-        yield path or "(the whole value)", a, b
+        yield path or ROOT, a, b
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -47,5 +48,6 @@ def describe(a: Any, b: Any, labels: tuple[str, str] = ("a", "b"), limit: int = 
         if i == limit:
             found.append("…")
             break
-        found.append(f"{path}: {shown(left)} ({labels[0]}) vs {shown(right)} ({labels[1]})")
+        where = "" if path == ROOT else f"{path}: "
+        found.append(f"{where}{shown(left)} ({labels[0]}) vs {shown(right)} ({labels[1]})")
     return "; ".join(found) if found else "no difference"

@@ -163,6 +163,6 @@ async def manifest_restart(ctx: Context) -> Outcome:
     return verdict(
         problems,
         "a fresh process lists the same tools",
-        "the tool list changes from one start to the next",
+        "a fresh container's tools/list drifts from the manifest",
         evidence,
     )

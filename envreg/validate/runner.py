@@ -11,7 +11,7 @@ import anyio
 
 from envreg.errors import EnvregError
 from envreg.runtime import Runtime
-from envreg.validate.context import Context
+from envreg.validate.context import Context, NoContainer
 from envreg.validate.core import CHECKS, Check, CheckResult, EnvReport, failed, select, skipped
 from envreg.validate.target import Target, resolve
 from envreg.validate.ts import SchemaWorker
@@ -85,7 +85,7 @@ async def validate_one(
     report.manifest_digest = image.manifest_label
     ctx = Context(rt, target, image, worker)
     results: dict[str, CheckResult] = {
-        c.name: CheckResult.of(c.name, skipped("not run (deselected)"), 0.0) for c in dropped
+        c.name: CheckResult.of(c.name, skipped("skipped on request (--skip)"), 0.0) for c in dropped
     }
 
     async def run(c: Check) -> None:
@@ -95,6 +95,8 @@ async def validate_one(
                 outcome = await c.fn(ctx)
         except TimeoutError:
             outcome = failed(f"the check did not finish within {CHECK_TIMEOUT:.0f}s")
+        except NoContainer as exc:
+            outcome = failed(str(exc))
         except Exception as exc:
             outcome = failed(f"the check could not run: {type(exc).__name__}: {exc}")
         results[c.name] = CheckResult.of(c.name, outcome, time.perf_counter() - started)
@@ -108,6 +110,7 @@ async def validate_one(
     finally:
         await ctx.close()
     report.results = [results[name] for name in CHECKS if name in results]
+    report.error = ctx.start_error
     report.seconds = time.perf_counter() - t0
     if listener:
         listener(report, None)

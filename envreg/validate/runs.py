@@ -64,7 +64,12 @@ class ScenarioRun:
         return self.steps[-1].after if self.steps else self.initial
 
     def where(self, step: StepRecord) -> str:
-        return f"scenario {self.name}, step {step.index} ({step.tool})"
+        """``scenario <name>, step <n> (<tool>)``."""
+        return f"{self.at(step)} ({step.tool})"
+
+    def at(self, step: StepRecord) -> str:
+        """``scenario <name>, step <n>``."""
+        return f"scenario {self.name}, step {step.index}"
 
     def final_problem(self, volatile: list[str]) -> str | None:
         """Why the final state is not the expected one, or None (also when the scenario expects none)."""

@@ -37,6 +37,13 @@ def output_problems(schema: dict[str, Any], value: Any, checker: FormatChecker) 
     return lines
 
 
+def _shape(line: str) -> str:
+    """A problem line with list indices and the offending value taken out: its kind, for grouping."""
+    where, _, message = line.partition(": ")
+    path = ".".join("*" if part.isdigit() else part for part in where.split("."))
+    return f"{path}: {message.rsplit(' is ', 1)[-1]}"
+
+
 @check(
     "schemas.output",
     "Every result seen in the scenarios validates against its output schema, formats checked.",
@@ -45,7 +52,7 @@ async def schemas_output(ctx: Context) -> Outcome:
     runs = await ctx.runs()
     checker = format_checker()
     problems: list[str] = []
-    seen: set[tuple[str, str]] = set()
+    repeats: dict[tuple[str, str], int] = {}
     checked = 0
     bad_schemas: set[str] = set()
     for run in runs.scenarios:
@@ -64,14 +71,19 @@ async def schemas_output(ctx: Context) -> Outcome:
             structured = step.result.structured
             if structured is None:
                 problems.append(
-                    f"tool {step.tool!r} ({run.where(step)}): no structuredContent, yet it declares an outputSchema"
+                    f"tool {step.tool!r} ({run.at(step)}): no structuredContent, yet it declares an outputSchema"
                 )
                 continue
             checked += 1
             for line in output_problems(schema, structured, checker):
-                if (step.tool, line) not in seen:  # one line per tool and distinct problem
-                    seen.add((step.tool, line))
-                    problems.append(f"tool {step.tool!r} ({run.where(step)}): {line}")
+                key = (step.tool, _shape(line))  # one line per tool and kind of problem, the rest counted
+                if key not in repeats:
+                    repeats[key] = 0
+                    problems.append(f"tool {step.tool!r} ({run.at(step)}): {line}")
+                else:
+                    repeats[key] += 1
+    if repeats and any(repeats.values()):
+        problems.append(f"{sum(repeats.values())} more results break their schemas the same ways")
     if not checked and not problems:
         return skipped("no successful call of a tool with an output schema in the scenarios")
     tools = len({s.tool for r in runs.scenarios for s in r.steps if not s.result.is_error})
@@ -102,23 +114,24 @@ async def schemas_ts_clients(ctx: Context) -> Outcome:
         for step in run.steps:
             if step.result.is_error or step.tool not in ctx.tools:
                 continue
-            where = run.where(step)
+            where = run.at(step)
             job["arguments"].append({"tool": step.tool, "where": where, "value": step.arguments})
             if step.result.structured is not None:
                 job["results"].append({"tool": step.tool, "where": where, "value": step.result.structured})
     answer = await ctx.worker.check(job)
     problems = []
-    seen: set[tuple[str, str, str]] = set()
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for p in answer["problems"]:
-        key = (p["tool"], p["kind"], p["error"])
-        if key in seen:
-            continue
-        seen.add(key)
-        clients = sorted(
-            {q["client"] for q in answer["problems"] if (q["tool"], q["kind"], q["error"]) == key}
+        grouped.setdefault((p["tool"], p["kind"]), []).append(p)
+    for (tool, kind), found in grouped.items():
+        clients = "/".join(sorted({p["client"] for p in found}))
+        first = found[0]
+        where = "" if first["where"] in ("inputSchema", "outputSchema") else f" ({first['where']})"
+        error = first["error"] if len(first["error"]) <= 240 else first["error"][:239] + "…"
+        more = len({p["where"] for p in found}) - 1
+        problems.append(
+            f"tool {tool!r}: {kind} by {clients}{where}: {error}" + (f" (and {more} more)" if more else "")
         )
-        where = "" if p["where"] in ("inputSchema", "outputSchema") else f" ({p['where']})"
-        problems.append(f"tool {p['tool']!r}: {p['kind']} by {'/'.join(clients)}{where}: {p['error']}")
     evidence = [f"{label}" for label in answer["clients"].values()]
     evidence.append(
         f"{answer['compiled']} schemas compiled, {answer['validated']} accepted arguments and results validated"
