@@ -176,6 +176,14 @@ def test_divergence_names_scenario_step_tool_and_path() -> None:
     assert why is not None and why.startswith("scenario s, step 2 (add): the state differs: notes.n_2")
     assert _first_divergence(one, one, []) is None
     assert _first_divergence(one, two, ["notes"]) is None  # volatile paths are ignored
+    same = ScenarioRun(scenario, initial=s0)  # the same JSON objects, keys in another order: the same result
+    same.steps = [_step(1, "add", ToolResult(value={"b": 1, "a": 2}), s0, s0)]
+    again = ScenarioRun(scenario, initial=s0)
+    again.steps = [_step(1, "add", ToolResult(value={"a": 2, "b": 1}), s0, s0)]
+    assert _first_divergence(same, again, []) is None
+    again.steps = [_step(1, "add", ToolResult(value=[{"a": 2}, {"b": 1}]), s0, s0)]
+    same.steps = [_step(1, "add", ToolResult(value=[{"b": 1}, {"a": 2}]), s0, s0)]
+    assert "the result differs: 0.a" in (_first_divergence(same, again, []) or "")  # list order is meaning
     two.steps[0] = _step(1, "add", ToolResult(value="n_7"), s0, {"notes": {"n_1": "a"}})
     assert "step 1 (add): the result differs" in (_first_divergence(one, two, []) or "")
 
@@ -195,6 +203,17 @@ def test_final_state_problem_and_rejections() -> None:
     )
     assert "not with 'overlaps'" in (RejectionRecord(bad, "invalid state: x", [], False).problem or "")
     assert "changed" in (RejectionRecord(bad, "invalid: overlaps", [], True).problem or "")
+    pydantic_words = RejectedState(
+        name="r", state={}, error="seats.economy\n  Input should be greater than or equal to 0"
+    )
+    error = {
+        "loc": "seats.economy",
+        "msg": "Input should be greater than or equal to 0",
+        "type": "greater_than_equal",
+    }
+    assert (
+        RejectionRecord(pydantic_words, "invalid state: seats.economy: ...", [error], False).problem is None
+    )
 
 
 def test_oversized_state_stays_valid_and_crosses_the_limit() -> None:

