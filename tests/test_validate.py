@@ -9,8 +9,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES
 from typer.testing import CliRunner
+from validate_helpers import NPM_CACHE
 
 from envreg.cli.main import app
 from envreg.env import Budgets, EnvState, RejectedState, Scenario, ToolResult, load_environment
@@ -28,8 +29,6 @@ from envreg.validate.schemas import format_checker, output_problems
 from envreg.validate.state import _first_divergence
 from envreg.validate.target import Target
 from envreg.validate.ts import SchemaWorker
-
-NPM_CACHE = ROOT / ".cache" / "npm"
 
 
 # --- the checks and their selection --------------------------------------------------------------

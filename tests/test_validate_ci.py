@@ -14,18 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import FIXTURES, ROOT
+from validate_helpers import npm_cached_home
 
 pytestmark = [pytest.mark.docker]
 
 WORKFLOW = ROOT / "examples" / "ci" / "environments.yml"
-
-
-def npm_cached_home(path: Path) -> Path:
-    """A fresh ENVREG_HOME whose npm cache is the checkout's (the TypeScript validators install once)."""
-    (path / "cache").mkdir(parents=True)
-    (ROOT / ".cache" / "npm").mkdir(parents=True, exist_ok=True)
-    (path / "cache" / "npm").symlink_to(ROOT / ".cache" / "npm")
-    return path
 
 
 def steps() -> dict[str, dict]:

@@ -15,8 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 from conftest import FIXTURES, ROOT
-
-from test_validate_ci import npm_cached_home
+from validate_helpers import NPM_CACHE, npm_cached_home
 
 from envreg.validate import EnvReport, Status, validate
 from envreg.validate.ts import SchemaWorker
@@ -24,7 +23,6 @@ from envreg.validate.ts import SchemaWorker
 pytestmark = [pytest.mark.docker]
 
 BROKEN = FIXTURES / "broken"
-NPM_CACHE = ROOT / ".cache" / "npm"
 ENVREG = [sys.executable, "-m", "envreg.cli.main"]
 
 # folder -> {check that must fail: words its evidence must contain}; no other check may fail
