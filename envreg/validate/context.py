@@ -57,6 +57,9 @@ class Once(Generic[T]):
                 self._value = await self._make()
             except Exception as exc:
                 self._error = exc
+            except BaseException:  # cancelled: the callers waiting for it must not get a None
+                self._error = RuntimeError("interrupted while it was being made")
+                raise
             finally:
                 self._done.set()
         await self._done.wait()
