@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -171,3 +172,43 @@ def test_unknown_image_is_an_error_not_a_crash(docker_engine, tmp_path: Path) ->
     reports = anyio.run(lambda: validate(["no-such-environment:9.9.9"], only=["manifest.valid"]))
     assert reports[0].error is not None and "no-such-environment" in reports[0].error
     assert not reports[0].passed
+
+
+SOURCE_DIGESTS = importlib.util.find_spec("envreg.source") is not None
+
+
+@pytest.mark.skipif(
+    not SOURCE_DIGESTS, reason="manifests record source digests from issue 8 item 6 (branch schemas) on"
+)
+def test_a_folder_changed_after_its_build_is_caught(reference_images, tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    shutil.copytree(FIXTURES / "ci-repo" / "images", images)
+    build = subprocess.run(
+        [
+            *ENVREG,
+            "build",
+            "--images-dir",
+            str(images),
+            "--manifests-dir",
+            str(tmp_path / "manifests"),
+            "tally",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert build.returncode == 0, build.stderr
+    env_py = images / "tally" / "env.py"
+    env_py.write_text(env_py.read_text() + "\n# edited after the build\n")
+
+    async def run() -> list[EnvReport]:
+        async with SchemaWorker(NPM_CACHE) as worker:
+            return await validate([str(images / "tally")], only=["manifest"], worker=worker)
+
+    (report,) = anyio.run(run)
+    source = next(r for r in report.results if r.name == "manifest.source")
+    assert source.status is Status.FAIL
+    assert "env.py was changed" in "\n".join(source.evidence) and "envreg build tally" in "\n".join(
+        source.evidence
+    )
