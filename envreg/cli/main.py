@@ -5,9 +5,11 @@ from __future__ import annotations
 import typer
 
 from envreg.cli import build as build_cmd
+from envreg.cli import catalog as catalog_cmd
 from envreg.cli import episode as episode_cmd
 from envreg.cli import manifest as manifest_cmd
 from envreg.cli import registry as registry_cmd
+from envreg.cli import reward as reward_cmd
 from envreg.cli import runtime as runtime_cmd
 from envreg.cli import serve_env as serve_env_cmd
 from envreg.cli import synth as synth_cmd
@@ -22,10 +24,12 @@ app = typer.Typer(
 )
 
 build_cmd.register(app)
+catalog_cmd.register(app)
 episode_cmd.register(app)
 manifest_cmd.register(app)
 runtime_cmd.register(app)
 registry_cmd.register(app)
+reward_cmd.register(app)
 serve_env_cmd.register(app)
 synth_cmd.register(app)
 validate_cmd.register(app)

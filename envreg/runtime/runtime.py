@@ -99,8 +99,12 @@ class Runtime:
         isolation: Isolation = "local",
         state: dict[str, Any] | Snapshot | None = None,
         ttl: float | None = None,
+        augment: Any = None,
     ) -> Sandbox:
         """Lease a sandbox of `env`, optionally starting from `state` (a state or a snapshot).
+
+        `augment` (an `envreg.env.augment.Augmentation` or its dict) reshapes its tool results
+        without changing what the tools do: see `Sandbox.augment`.
 
         `env` is an `Environment`, a folder or a name under ./images (local tier), or an image
         reference for the isolated tiers: a name (its newest image), ``name:version`` or a digest.
@@ -130,6 +134,8 @@ class Runtime:
                 await sandbox.restore(state)
             elif state is not None:
                 await sandbox.load_state(state)
+            if augment is not None:
+                await sandbox.augment(augment)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await sandbox.close("its initial state was refused")
