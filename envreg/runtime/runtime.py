@@ -295,6 +295,17 @@ class Runtime:
             async with anyio.create_task_group() as tg:
                 for sandbox in list(self.sandboxes.values()):
                     tg.start_soon(sandbox.close)
+            if self._gateway_server is not None:
+                self._gateway_server.should_exit = True
+        # background work next (pool refills may be starting containers, the gateway relaying): wait
+        # for it to end, so that nothing starts after the backend has cleared up
+        if self._task_group is not None:
+            self._task_group.cancel_scope.cancel()
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
+        self._task_group = None
+        with anyio.CancelScope(shield=True):
             if self._isolated is not None:
                 await self._isolated.backend.close()
                 self._isolated = None
@@ -302,14 +313,6 @@ class Runtime:
                 await self._http.aclose()
             if self._gateway is not None:
                 await self._gateway.upstream.aclose()
-            if self._gateway_server is not None:
-                self._gateway_server.should_exit = True
-        if self._task_group is not None:
-            self._task_group.cancel_scope.cancel()
-        if self._stack is not None:
-            stack, self._stack = self._stack, None
-            await stack.aclose()
-        self._task_group = None
 
 
 __all__ = ["Runtime"]
