@@ -143,7 +143,7 @@ def test_declared_budgets_are_published_only_when_declared() -> None:
     assert "budgets" not in build_manifest(counter).to_json()["runtime"]
     slow = load_environment(FIXTURES / "broken" / "slow")
     manifest = build_manifest(slow).to_json()
-    assert manifest["runtime"]["budgets"] == {"startup_ms": 10000, "call_ms": 50}
+    assert manifest["runtime"]["budgets"] == {"startup_ms": 30000, "call_ms": 50}
     assert Manifest.model_validate(manifest).runtime.budgets == Budgets(call_ms=50)
     with pytest.raises(ValueError):
         Budgets(call_ms=0)

@@ -15,7 +15,7 @@ class Budgets(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     startup_ms: int = Field(
-        default=10_000,
+        default=30_000,
         gt=0,
         description="From starting a container of the image to its first answered tool call, in ms.",
     )
