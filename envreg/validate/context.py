@@ -122,10 +122,6 @@ class Context:
         self._runs = Once(self._play_all)
         self._replays = Once(self._replay_all)
         self._shared: dict[str, Once[Any]] = {}
-        self._listings: dict[str, Once[list[Listing]]] = {
-            "main": Once(lambda: self._list(self._main)),
-            "second": Once(lambda: self._list(self._second)),
-        }
 
     def _parse_manifest(self) -> None:
         if self.manifest_raw is None:
@@ -235,10 +231,11 @@ class Context:
     # tool lists -----------------------------------------------------------------------------------
     async def listings(self, which: str) -> list[Listing]:
         """The tool list of container ``main`` or ``second`` through the gateway, in both protocol eras."""
-        return await self._listings[which].get()
+        start = {"main": self.main, "second": self.second}[which]
+        return await self.shared(f"listings-{which}", lambda: self._list(start))
 
-    async def _list(self, sandbox_once: Once[Sandbox]) -> list[Listing]:
-        sandbox = await sandbox_once.get()
+    async def _list(self, start: Callable[[], Awaitable[Sandbox]]) -> list[Listing]:
+        sandbox = await start()
         if sandbox.mcp_url is None:
             raise RuntimeError("the sandbox has no MCP URL (the runtime's gateway is off)")
         found = []
