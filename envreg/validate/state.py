@@ -77,16 +77,13 @@ def _result(step: StepRecord) -> Any:
 
 @check("state.snapshot_restore", "snapshot -> restore -> the next calls equal the uninterrupted run.")
 async def snapshot_restore(ctx: Context) -> Outcome:
-    runs, replays = await ctx.runs(), await ctx.replays()
-    # a scenario that does not replay identically cannot tell a bad restore from its own randomness
-    erratic = {
-        a.name for a, b in zip(runs.scenarios, replays, strict=True) if _first_divergence(a, b, ctx.volatile)
-    }
+    runs = await ctx.runs()
     sandbox = await ctx.main()
-    problems, tried = [], 0
+    found: dict[str, str] = {}  # scenario -> what went wrong
+    tried = []
     for run in runs.scenarios:
         n = len(run.steps)
-        if run.refused is not None or n < 2 or run.name in erratic:
+        if run.refused is not None or n < 2:
             continue
         k = n // 2
         async with ctx.main_lock:
@@ -96,25 +93,33 @@ async def snapshot_restore(ctx: Context) -> Outcome:
             await sandbox.restore(snap)
             restored_state = await sandbox.state()
             restored = await continue_from(sandbox, run.scenario, k)
-        tried += 1
+        tried.append(run.name)
         if state_hash(restored_state) != state_hash(snap.state):
-            problems.append(
+            found[run.name] = (
                 f"scenario {run.name}: the state after restoring the snapshot taken after step {k} is not the "
                 f"snapshot's: {describe(snap.state, restored_state, ('snapshot', 'restored'))}"
             )
             continue
         for original, again in zip(uninterrupted, restored, strict=True):
             if (why := _same_step(original, again, ctx.volatile, ("uninterrupted", "restored"))) is not None:
-                problems.append(
+                found[run.name] = (
                     f"{run.where(again)}, after restoring the snapshot taken after step {k}: {why}"
                 )
                 break
-    evidence = [f"{tried} scenarios: snapshot mid-way, run on, restore, run the same calls again"]
-    if erratic:
+    # judged once the replays are in: a scenario that does not replay identically cannot tell a bad restore
+    # from its own randomness (state.determinism reports it)
+    replays = await ctx.replays()
+    erratic = {
+        a.name for a, b in zip(runs.scenarios, replays, strict=True) if _first_divergence(a, b, ctx.volatile)
+    }
+    judged = [name for name in tried if name not in erratic]
+    problems = [found[name] for name in judged if name in found]
+    evidence = [f"{len(judged)} scenarios: snapshot mid-way, run on, restore, run the same calls again"]
+    if erratic & set(tried):
         evidence.append(
-            f"not judged, as they do not replay identically (state.determinism): {', '.join(sorted(erratic))}"
+            f"not judged, as they do not replay identically (state.determinism): {', '.join(sorted(erratic & set(tried)))}"
         )
-    if not tried:
+    if not judged:
         return skipped("no deterministic scenario with two or more calls", evidence[1:])
     return verdict(
         problems, "restored runs continue exactly like uninterrupted ones", "restore is not exact", evidence
