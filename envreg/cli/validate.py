@@ -96,9 +96,7 @@ def validate(
 ) -> None:
     """Check that environment images are executable, stateful, isolated and deterministic.
 
-    Runs named checks against real, hardened containers of each image (manifest, schemas, scenarios,
-    state, sandbox, budgets) and reports pass / fail / skip with the evidence. Exits 1 when any check
-    fails, 2 on bad usage.
+    Runs named checks against real, hardened containers of each image (manifest, schemas, scenarios, state, sandbox, budgets) and reports pass / fail / skip with the evidence. Exits 1 when any check fails, 2 on bad usage.
     """
     import anyio
 
