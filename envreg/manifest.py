@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from envreg.canonical import digest
-from envreg.env import Environment, Limits, load_scenarios
+from envreg.env import Budgets, Environment, Limits, load_scenarios
 from envreg.env.schema import json_schema
 from envreg.protocol import AGENT_PORT, CONTROL_PORT
 from envreg.source import source_digest, source_hashes
@@ -41,6 +41,10 @@ class RuntimeFacts(BaseModel):
     agent_path: str = "/i/{instance}/mcp"
     limits: Limits = Field(
         default_factory=Limits, description="Size limits every instance enforces (declared in code)."
+    )
+    budgets: Budgets | None = Field(
+        default=None,
+        description="Start-up and latency budgets `envreg validate` holds the image to, when declared.",
     )
 
 
@@ -135,7 +139,7 @@ def build_manifest(env: Environment) -> Manifest:
         volatile=list(env.volatile),
         scenarios=len(scenarios),
         rejected_states=len(rejected),
-        runtime=RuntimeFacts(limits=env.limits),
+        runtime=RuntimeFacts(limits=env.limits, budgets=env.budgets),
         source_files=files,
         digests=Digests(
             tools=digest([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]),

@@ -15,6 +15,7 @@ from envreg.cli import reward as reward_cmd
 from envreg.cli import runtime as runtime_cmd
 from envreg.cli import serve_env as serve_env_cmd
 from envreg.cli import synth as synth_cmd
+from envreg.cli import validate as validate_cmd
 
 app = typer.Typer(
     name="envreg",
@@ -35,6 +36,7 @@ registry_cmd.register(app)
 reward_cmd.register(app)
 serve_env_cmd.register(app)
 synth_cmd.register(app)
+validate_cmd.register(app)
 
 
 if __name__ == "__main__":

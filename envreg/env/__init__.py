@@ -1,5 +1,6 @@
 """Authoring SDK: define an environment's state model and tools."""
 
+from envreg.env.budgets import Budgets
 from envreg.env.environment import Environment, Instance
 from envreg.env.integrity import id_problems
 from envreg.env.limits import Limits
@@ -12,6 +13,7 @@ from envreg.env.tool import Tool, ToolAnnotations, ToolError, ToolResult
 from envreg.errors import EnvironmentNotFound, UnknownToolError
 
 __all__ = [
+    "Budgets",
     "EnvState",
     "Environment",
     "EnvironmentNotFound",

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
 from envreg.env.limits import Limits, state_size
+from envreg.env.budgets import Budgets
 from envreg.env.state import EnvState
 from envreg.env.tool import Tool, ToolAnnotations, ToolError, ToolResult
 from envreg.errors import UnknownToolError
@@ -42,6 +43,7 @@ class Environment(Generic[S]):
         volatile: Iterable[str] = (),
         check_state: bool = True,
         limits: Limits | None = None,
+        budgets: Budgets | None = None,
     ) -> None:
         if not issubclass(state_model, EnvState):
             raise TypeError(f"{state_model.__name__} must subclass envreg.env.EnvState")
@@ -53,6 +55,7 @@ class Environment(Generic[S]):
         self.volatile = tuple(volatile)
         self.check_state = check_state
         self.limits = limits or Limits()
+        self.budgets = budgets
         self.tools: dict[str, Tool] = {}
         self.seed: dict[str, Any] | None = None
         self.folder: Path | None = None

@@ -16,7 +16,9 @@ from pathlib import Path
 from envreg.images.base import SUITE
 from envreg.images.paths import ImageBuildError, Paths, log, paths, run, sha256_file
 
-EXCLUDED_DEPENDENCIES = {"docker", "fastapi"}  # host-only: the environment server needs neither
+# host-only: the environment server needs none of them (`envreg validate` checks date-time formats with
+# rfc3339-validator, which needs six; jsonschema itself is in the image as a dependency of mcp)
+EXCLUDED_DEPENDENCIES = {"docker", "fastapi", "rfc3339-validator", "six"}
 
 _REQ_LINE = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)\s*(?P<marker>;[^\\-]*)?(?P<rest>.*)$"
