@@ -8,6 +8,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, NaiveDatetime
 
 from envreg.canonical import canonical_json, sha256_hex
+from envreg.env.cow import Committed
 
 DEFAULT_EPOCH = datetime(2026, 1, 5, 9, 0, 0)
 
@@ -44,11 +45,21 @@ class EnvState(BaseModel):
         return self.model_dump(mode="json")
 
     def canonical(self) -> str:
-        """Canonical JSON text of the state."""
+        """Canonical JSON text of the state (computed once for a committed state, which never changes)."""
+        fields = self.__pydantic_fields_set__
+        if type(fields) is Committed:
+            if fields.memo is None:
+                text = canonical_json(self.to_json())
+                fields.memo = (text, sha256_hex(text))
+            return fields.memo[0]
         return canonical_json(self.to_json())
 
     def sha256(self) -> str:
         """Hex sha256 of the canonical state."""
+        fields = self.__pydantic_fields_set__
+        if type(fields) is Committed:
+            self.canonical()
+            return fields.memo[1]
         return sha256_hex(self.canonical())
 
     @classmethod
