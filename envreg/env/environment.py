@@ -113,6 +113,10 @@ class Environment(Generic[S]):
         """The environment's seed state (its `seed.json`), or the model's defaults."""
         return self.parse_state(self.seed) if self.seed is not None else self.state_model()
 
+    def committed(self, data: dict[str, Any] | str | bytes) -> S:
+        """Validate a state and commit it (`envreg.env.cow`): immutable, shareable by any number of instances."""
+        return freeze(self.parse_state(data))
+
     def committed_seed(self) -> S:
         """The seed state, committed once and shared by every instance that starts from it."""
         if self._committed_seed is None:

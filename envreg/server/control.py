@@ -16,6 +16,7 @@ from envreg.canonical import sha256_hex
 from envreg.protocol import DEFAULT_INSTANCE, agent_path
 from envreg.server.http import BodyTooLarge, bearer_matches, bearer_token, read_body, replay, send_json
 from envreg.server.instances import InstanceLimitReached, InstanceStore
+from envreg.server.snapshots import SHA256, SnapshotRefused
 
 
 class BearerAuth:
@@ -101,15 +102,31 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
     async def list_instances(request: Request) -> JSONResponse:
         return JSONResponse({"instances": [{"id": i, "mcp_path": agent_path(i)} for i in store.ids()]})
 
+    def missing_snapshot(sha: str) -> JSONResponse:
+        return error(
+            404,
+            f"no snapshot {sha[:12]}... on this server: upload it first (PUT /snapshots/{{sha256}})",
+            missing_snapshot=sha,
+        )
+
     async def create_instance(request: Request) -> Response:
         data, bad = await json_body(request)
         if bad:
             return bad
         data = data or {}
-        if not isinstance(data, dict) or not set(data) <= {"state", "id"}:
-            return error(400, 'body must be an object with optional "state" and "id"')
+        if (
+            not isinstance(data, dict)
+            or not set(data) <= {"state", "id", "snapshot"}
+            or ("state" in data and "snapshot" in data)
+        ):
+            return error(400, 'body must be an object with optional "id" and "state" or "snapshot"')
+        state = data.get("state")
+        if "snapshot" in data:
+            state = store.snapshots.get(str(data["snapshot"]))
+            if state is None:
+                return missing_snapshot(str(data["snapshot"]))
         try:
-            instance_id, instance = store.create(data.get("state"), data.get("id"))
+            instance_id, instance = store.create(state, data.get("id"))
         except ValidationError as exc:
             return validation_error(exc)
         except InstanceLimitReached as exc:
@@ -149,6 +166,52 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
             return validation_error(exc)
         return state_response(instance)
 
+    async def take_snapshot(request: Request) -> Response:
+        instance = lookup(request)
+        if instance is None:
+            return missing(request)
+        sha = store.snapshots.keep(instance.state)
+        return JSONResponse({"sha256": sha})
+
+    async def get_snapshot(request: Request) -> Response:
+        sha = request.path_params["sha"]
+        payload = store.snapshots.payload(sha) if SHA256.match(sha) else None
+        if payload is None:
+            return missing_snapshot(sha)
+        return Response(payload, media_type="application/json", headers={"content-encoding": "gzip"})
+
+    async def put_snapshot(request: Request) -> Response:
+        sha = request.path_params["sha"]
+        if not SHA256.match(sha):
+            return error(
+                400, "a snapshot's address is the sha256 of its canonical JSON: 64 lowercase hex digits"
+            )
+        body = await request.body()
+        try:
+            store.snapshots.receive(
+                sha, body, request.headers.get("content-encoding"), env.committed, max_body
+            )
+        except ValidationError as exc:
+            return validation_error(exc)
+        except SnapshotRefused as exc:
+            return error(422, f"{exc}; nothing was changed")
+        return JSONResponse({"sha256": sha}, status_code=201)
+
+    async def restore(request: Request) -> Response:
+        instance = lookup(request)
+        if instance is None:
+            return missing(request)
+        data, bad = await json_body(request)
+        if bad:
+            return bad
+        if not isinstance(data, dict) or set(data) != {"snapshot"} or not isinstance(data["snapshot"], str):
+            return error(400, 'body must be {"snapshot": "<sha256 of the canonical state>"}')
+        state = store.snapshots.get(data["snapshot"])
+        if state is None:
+            return missing_snapshot(data["snapshot"])
+        instance.load_state(state)
+        return JSONResponse({"sha256": data["snapshot"]})
+
     async def reset(request: Request) -> Response:
         instance = lookup(request)
         if instance is None:
@@ -165,5 +228,9 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
         Route("/instances/{instance_id}/state", get_state, methods=["GET"]),
         Route("/instances/{instance_id}/state", put_state, methods=["PUT"]),
         Route("/instances/{instance_id}/reset", reset, methods=["POST"]),
+        Route("/instances/{instance_id}/snapshot", take_snapshot, methods=["POST"]),
+        Route("/instances/{instance_id}/restore", restore, methods=["POST"]),
+        Route("/snapshots/{sha}", get_snapshot, methods=["GET"]),
+        Route("/snapshots/{sha}", put_snapshot, methods=["PUT"]),
     ]
     return BearerAuth(Starlette(routes=routes), token, max_body)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from envreg.env import ToolResult
+from envreg.runtime.snapshots import Snapshot
 
 
 class ServerClient(Protocol):
@@ -33,6 +34,23 @@ class ServerClient(Protocol):
     async def reset(self, instance_id: str) -> None: ...
     async def create_instance(self, state: dict[str, Any] | None = None) -> str: ...
     async def delete_instance(self, instance_id: str) -> None: ...
+
+    # snapshots: the server keeps committed states by hash; a state crosses to a server once
+    async def snapshot(self, instance_id: str) -> str:
+        """Keep the instance's state on its server; returns the sha256 of its canonical JSON."""
+        ...
+
+    async def snapshot_payload(self, sha256: str) -> bytes:
+        """The canonical JSON of a snapshot the server keeps (`SnapshotNotFound` when it does not)."""
+        ...
+
+    async def restore(self, instance_id: str, sha256: str) -> bool:
+        """Load a kept snapshot into the instance (no copy); False when the server does not have it."""
+        ...
+
+    async def upload_snapshot(self, snapshot: Snapshot) -> None:
+        """Send a snapshot's state to the server (`InvalidState` when the environment refuses it)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,10 @@ class Server:
     handle: Any = None
     """Backend-private (a Docker container, an `InstanceStore`, an actor handle)."""
     instances: set[str] = field(default_factory=set)
+    snapshots: set[str] = field(default_factory=set)
+    """sha256 of the snapshots this runtime knows the server keeps (sent there, or taken there)."""
+    uploads: dict[str, Any] = field(default_factory=dict)
+    """Snapshot uploads in flight, so that a fork sends each state once."""
 
     def upstream(self, path: str) -> Upstream | None:
         if self.agent_address is None:
