@@ -36,7 +36,8 @@ class Runtime:
     runs in this process. `pool` gives warm-pool sizes per tier (or per ``"<tier>:<image id>"``); a pool
     is refilled in the background from its first acquire on, and `warm()` fills one at once. The
     isolated tiers need the runtime entered as a context manager: leaving it removes every container
-    and network it made.
+    and network it made. The gateway relays plain tool calls on its fast lane (`envreg.runtime.fastlane`);
+    `gateway_lane=False` sends everything through the ASGI gateway.
     """
 
     def __init__(
@@ -50,6 +51,7 @@ class Runtime:
         gateway: bool = True,
         gateway_host: str = "127.0.0.1",
         gateway_port: int = 0,
+        gateway_lane: bool = True,
         instances_per_container: int = 256,
         limits: Any = None,
     ) -> None:
@@ -63,6 +65,8 @@ class Runtime:
         self.gateway_host = gateway_host
         self.gateway_port = gateway_port
         self.gateway_url: str | None = None
+        self.gateway_lane = gateway_lane
+        self._lane: Any = None
         self.instances_per_container = instances_per_container
         self._backend_choice = backend
         self._backend_options = {"limits": limits} if limits is not None else {}
@@ -247,10 +251,12 @@ class Runtime:
     async def _serve_gateway(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         import uvicorn
 
+        from envreg.runtime.fastlane import Lane
         from envreg.runtime.gateway import Gateway, QuietServer
 
         assert self._http is not None
         gateway = self._gateway = Gateway(self.get, self._http)
+        self._lane = Lane(self.get, gateway.max_body) if self.gateway_lane else None
         config = uvicorn.Config(
             gateway,
             host=self.gateway_host,
@@ -258,6 +264,7 @@ class Runtime:
             lifespan="off",
             log_level="warning",
             access_log=False,
+            **({"http": self._lane.protocol()} if self._lane is not None else {}),
         )
         server = self._gateway_server = QuietServer(config)
         async with anyio.create_task_group() as tg:
@@ -296,6 +303,8 @@ class Runtime:
                 await self._http.aclose()
             if self._gateway is not None:
                 await self._gateway.upstream.aclose()
+            if self._lane is not None:
+                self._lane.close()
             if self._gateway_server is not None:
                 self._gateway_server.should_exit = True
         if self._task_group is not None:
