@@ -112,4 +112,3 @@ if __name__ == "__main__":
         uvloop.run(main(args))
     else:
         asyncio.run(main(args))
-

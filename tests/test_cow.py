@@ -9,6 +9,7 @@ import copy
 import pickle
 import random
 
+import pydantic_core
 import pytest
 from conftest import REFERENCE_ENVS
 from cow_helpers import initial_states, random_calls, reference_call
@@ -311,6 +312,7 @@ def test_every_tool_of_every_environment_matches_a_deep_copy(name: str) -> None:
             reference, expected = reference_call(env, reference, tool, arguments)
             assert (result.is_error, result.text) == (expected.is_error, expected.text), (tool, arguments)
             assert instance.state.canonical() == reference.canonical(), (tool, arguments)
+            assert instance.size == len(pydantic_core.to_json(reference)), "incremental size"
         for state, text in history:
             assert canonical_json(state.to_json()) == text, f"{name}: a committed state changed"
         assert instance.slow_calls == 0, f"{name}: {instance.slow_calls} calls took the slow path"

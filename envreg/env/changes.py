@@ -21,12 +21,11 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 from pydantic_core import SchemaValidator
 
 from envreg.env.cow import Commit, TDict, TList, TSet, freeze
 
-_ANY: TypeAdapter[Any] = TypeAdapter(Any)
 _CONTAINERS = {"dict": "values_schema", "list": "items_schema", "set": "items_schema"}
 _TRACKED = (TDict, TList, TSet)
 
@@ -34,7 +33,14 @@ _TRACKED = (TDict, TList, TSet)
 def _dump(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump()
-    return _ANY.dump_python(value)
+    return _any_adapter().dump_python(value)
+
+
+@cache
+def _any_adapter() -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(Any)
 
 
 class _ModelSchema:

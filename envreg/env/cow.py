@@ -37,6 +37,7 @@ from enum import Enum
 from typing import Any
 from uuid import UUID
 
+import pydantic_core
 from pydantic import BaseModel
 
 _MISSING: Any = object()
@@ -852,6 +853,66 @@ def _restore_list(node: TList, length: int, full: list | None) -> None:
         list.__setitem__(node, slice(None), full)
 
 
+# ------------------------------------------------------------------------------------- sizes
+
+
+def json_size(value: Any) -> int:
+    """Bytes of `value` as compact JSON (pydantic's serialization), cached on committed nodes
+    (which never change): a state's size is known without serializing it again."""
+    kind = type(value)
+    if kind in _TRACKED:
+        if value._size < 0:
+            value._size = len(pydantic_core.to_json(value))
+        return value._size
+    if isinstance(value, BaseModel):
+        fields = value.__pydantic_fields_set__
+        if type(fields) is Committed:
+            if fields.size < 0:
+                fields.size = len(pydantic_core.to_json(value))
+            return fields.size
+    return len(pydantic_core.to_json(value, serialize_unknown=True))
+
+
+def _cached_size(node: Any) -> int:
+    if type(node) in _TRACKED:
+        return node._size
+    fields = node.__pydantic_fields_set__
+    return fields.size if type(fields) is Committed else -1
+
+
+def _cache_size(node: Any, size: int) -> None:
+    if type(node) in _TRACKED:
+        node._size = size
+    elif type(node.__pydantic_fields_set__) is Committed:
+        node.__pydantic_fields_set__.size = size
+
+
+def _field_size(model: BaseModel, name: str) -> int:
+    """Bytes of one field's value as the model serializes it (its declared type decides, e.g. 5.0)."""
+    return len(model.model_dump_json(include={name})) - len(pydantic_core.to_json(name)) - 3
+
+
+def _entry_size(node: Any, key: Any, value: Any) -> int:
+    if value is _MISSING:
+        return 0
+    if type(node) is TDict:
+        return len(pydantic_core.to_json(key)) + 1 + json_size(value)
+    return json_size(value)
+
+
+def _get(node: Any, key: Any) -> Any:
+    kind = type(node)
+    if kind is TDict:
+        return dict.get(node, key, _MISSING)
+    if kind is TList:
+        return list.__getitem__(node, key) if key < len(node) else _MISSING
+    return node.__dict__.get(key, _MISSING)
+
+
+def _commas(node: Any) -> int:
+    return max(len(node) - 1, 0) if type(node) in (TDict, TList) else 0
+
+
 class Commit:
     """The outcome of a transaction: the new root, and the new nodes it is made of."""
 
@@ -870,6 +931,39 @@ class Commit:
     def add(self, old: Any, new: Any) -> None:
         self.new_of[id(old)] = new
         self.olds[id(old)] = old
+
+    def size(self) -> int:
+        """The new state's compact JSON size, from the old one's and the sizes of what changed: O(change)
+        once the old size is known (it is cached on every committed state)."""
+        if self.root is not self.old_root:
+            json_size(self.old_root)  # known for every committed state but a freshly loaded one
+            self._delta(self.old_root, self.root)
+        return json_size(self.root)
+
+    def _delta(self, old: Any, new: Any) -> int:
+        """How much bigger `new` (a new node made from `old`) serializes than `old`; the new node's
+        size is cached when the old one's was known.
+
+        A model below the root is serialized whole (its own serializer knows its field types); the
+        root, a dict or a list count only the entries that changed."""
+        is_model = isinstance(new, BaseModel)
+        if type(new) is TSet or (is_model and new is not self.root):
+            _cache_size(new, -1)
+            delta = json_size(new) - json_size(old)
+        else:
+            delta = _commas(new) - _commas(old)
+            for key in self.changed.get(id(old), ()):
+                before, after = _get(old, key), _get(new, key)
+                if before is not _MISSING and after is not _MISSING and self.new_of.get(id(before)) is after:
+                    delta += self._delta(before, after)  # the same node, changed: only its changes count
+                elif is_model:
+                    delta += _field_size(new, key) - _field_size(old, key)
+                else:
+                    delta += _entry_size(new, key, after) - _entry_size(old, key, before)
+        known = _cached_size(old)
+        if known >= 0:
+            _cache_size(new, known + delta)
+        return delta
 
     def nodes(self) -> list[tuple[Any, Any]]:
         """(old node, new node) for each new node in the new tree (the root first, when it changed)."""

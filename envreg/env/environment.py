@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from envreg.env.changes import check_changes
-from envreg.env.cow import CannotCommit, Commit, CommittedStateError, Transaction, freeze, is_committed, thaw
+from envreg.env.cow import (
+    CannotCommit,
+    Commit,
+    CommittedStateError,
+    Transaction,
+    freeze,
+    is_committed,
+    json_size,
+    thaw,
+)
 from envreg.env.state import EnvState
 from envreg.env.tool import Tool, ToolAnnotations, ToolError, ToolResult
 from envreg.errors import UnknownToolError
@@ -215,6 +224,12 @@ class Instance(Generic[S]):
             logger.warning("tool %s raised %s", tool.name, exc, exc_info=True)
             return ToolResult(error=f"{tool.name} failed with an internal error: {type(exc).__name__}: {exc}")
 
+    @property
+    def size(self) -> int:
+        """Bytes of the state as compact JSON: known for a committed state, kept up to date by each call
+        from the sizes of what it changed (`Commit.size`), never by serializing the whole state again."""
+        return json_size(self.state)
+
     def _checked(self, commit: Commit) -> S:
         """The new committed state once what changed is valid (raises otherwise)."""
         check = self.env.check_state
@@ -222,6 +237,7 @@ class Instance(Generic[S]):
             check_changes(commit)
         if check == "full":
             self.env.state_model.model_validate(commit.root.model_dump())
+        commit.size()
         return commit.root  # type: ignore[return-value]
 
     def _call_on_copy(self, tool: Tool, kwargs: dict[str, Any]) -> ToolResult:

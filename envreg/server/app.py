@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ class ServerConfig:
     control_port: int = CONTROL_PORT
     max_instances: int = 4096
     max_body: int = 4 * 1024 * 1024
+    snapshot_budget: int = 32 * 1024 * 1024
     fast_path: bool = True
     preload_sdk: bool = False
     agent_token: str | None = None
@@ -53,7 +55,7 @@ class EnvServer:
     @classmethod
     def build(cls, config: ServerConfig, env: Environment | None = None) -> EnvServer:
         env = env or load_environment(config.env)
-        store = InstanceStore(env, config.max_instances)
+        store = InstanceStore(env, config.max_instances, snapshot_budget=config.snapshot_budget)
         loopback = config.host in LOOPBACK
         agent = AgentPlane(
             store,
@@ -77,8 +79,10 @@ async def serve_async(
     common: dict[str, Any] = {
         "host": config.host,
         "log_level": "warning",
+        "log_config": None,  # no dictConfig at start: warnings go to stderr through the last-resort handler
         "access_log": False,
         "timeout_keep_alive": 75,
+        "ws": "none",
     }
     agent = uvicorn.Server(uvicorn.Config(server.agent, port=config.port, lifespan="on", **common))
     control = uvicorn.Server(
@@ -98,12 +102,14 @@ async def serve_async(
             tg.start_soon(run, s)
         if ready is not None:
             while not all(s.started for s in servers):
-                await anyio.sleep(0.01)
+                await anyio.sleep(0.002)
             ready.set()
 
 
-def serve(config: ServerConfig) -> None:
-    """Run until SIGINT / SIGTERM."""
+def serve(
+    config: ServerConfig, env: Environment | None = None, on_ready: Callable[[], None] | None = None
+) -> None:
+    """Run until SIGINT / SIGTERM; `on_ready` is called once both planes listen."""
     try:
         import uvloop
 
@@ -113,7 +119,16 @@ def serve(config: ServerConfig) -> None:
         backend_options = {}
     if config.host not in LOOPBACK:
         logger.warning("serving on %s: reachable beyond this machine's loopback", config.host)
-    anyio.run(serve_async, config, backend="asyncio", backend_options=backend_options)
+
+    async def main() -> None:
+        ready = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve_async, config, ready, env)
+            await ready.wait()
+            if on_ready is not None:
+                on_ready()
+
+    anyio.run(main, backend="asyncio", backend_options=backend_options)
 
 
 __all__ = ["EnvServer", "ServerConfig", "serve", "serve_async"]
