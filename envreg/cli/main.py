@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from envreg.cli import build as build_cmd
+from envreg.cli import catalog as catalog_cmd
 from envreg.cli import episode as episode_cmd
 from envreg.cli import manifest as manifest_cmd
 from envreg.cli import registry as registry_cmd
@@ -21,6 +22,7 @@ app = typer.Typer(
 )
 
 build_cmd.register(app)
+catalog_cmd.register(app)
 episode_cmd.register(app)
 manifest_cmd.register(app)
 runtime_cmd.register(app)
