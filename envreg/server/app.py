@@ -83,11 +83,11 @@ async def serve_async(
         "access_log": False,
         "timeout_keep_alive": 75,
         "ws": "none",
+        "proxy_headers": False,
+        "lifespan": "off",  # the one background task (the mcp SDK, on demand) runs in the task group below
     }
-    agent = uvicorn.Server(uvicorn.Config(server.agent, port=config.port, lifespan="on", **common))
-    control = uvicorn.Server(
-        uvicorn.Config(server.control, port=config.control_port, lifespan="off", **common)
-    )
+    agent = uvicorn.Server(uvicorn.Config(server.agent, port=config.port, **common))
+    control = uvicorn.Server(uvicorn.Config(server.control, port=config.control_port, **common))
     servers = (agent, control)
 
     async def run(s: uvicorn.Server) -> None:
@@ -97,13 +97,22 @@ async def serve_async(
             for other in servers:
                 other.should_exit = True
 
+    sdk = anyio.CancelScope()
+
+    async def run_sdk() -> None:
+        with sdk:
+            await server.agent.sdk.run()
+
     async with anyio.create_task_group() as tg:
-        for s in servers:
-            tg.start_soon(run, s)
-        if ready is not None:
-            while not all(s.started for s in servers):
-                await anyio.sleep(0.002)
-            ready.set()
+        tg.start_soon(run_sdk)
+        async with anyio.create_task_group() as planes:
+            for s in servers:
+                planes.start_soon(run, s)
+            if ready is not None:
+                while not all(s.started for s in servers):
+                    await anyio.sleep(0.002)
+                ready.set()
+        sdk.cancel()
 
 
 def serve(
