@@ -182,6 +182,9 @@ CONTROL_ROUTES = [
     ("GET", "/instances/default/state"),
     ("PUT", "/instances/default/state"),
     ("POST", "/instances/default/reset"),
+    ("GET", "/instances/default/augmentation"),
+    ("PUT", "/instances/default/augmentation"),
+    ("DELETE", "/instances/default/augmentation"),
     ("DELETE", "/instances/default"),
 ]
 

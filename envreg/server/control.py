@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.canonical import sha256_hex
+from envreg.env.augment import Augmentation
 from envreg.protocol import DEFAULT_INSTANCE, agent_path
 from envreg.server.http import BodyTooLarge, bearer_matches, bearer_token, read_body, send_json
 from envreg.server.instances import InstanceLimitReached, InstanceStore
@@ -248,11 +249,39 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
 
     @route("/instances/{instance_id}/reset", "POST")
     async def reset(request: Request) -> Response:
-        instance = instance_of(request)
-        if instance is None:
+        if instance_of(request) is None:
             return missing(request)
-        instance.reset()
-        return state_response(instance)
+        return state_response(store.reset(request.params["instance_id"]))
+
+    @route("/instances/{instance_id}/augmentation", "PUT")
+    async def put_augmentation(request: Request) -> Response:
+        if instance_of(request) is None:
+            return missing(request)
+        data, bad = json_body(request)
+        if bad:
+            return bad
+        try:
+            config = Augmentation.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()
+            )
+            return error(422, f"invalid augmentation, nothing was changed: {problems}")
+        return Response.json(store.augment(request.params["instance_id"], config).describe())
+
+    @route("/instances/{instance_id}/augmentation", "GET")
+    async def get_augmentation(request: Request) -> Response:
+        if instance_of(request) is None:
+            return missing(request)
+        augmenter = store.augmenter(request.params["instance_id"])
+        return Response.json(augmenter.describe() if augmenter else {"config": None, "labels": []})
+
+    @route("/instances/{instance_id}/augmentation", "DELETE")
+    async def delete_augmentation(request: Request) -> Response:
+        if instance_of(request) is None:
+            return missing(request)
+        store.augment(request.params["instance_id"], None)
+        return Response(204, b"")
 
     @route("/instances/{instance_id}/snapshot", "POST")
     async def take_snapshot(request: Request) -> Response:
