@@ -106,12 +106,7 @@ class Committed(set):
     Copies (`model_copy`, `copy`, `pickle`) get a plain set: a copy is a new, uncommitted model.
     """
 
-    __slots__ = ("memo", "size")
-
-    def __init__(self, fields: Iterable[str] = ()) -> None:
-        super().__init__(fields)
-        self.size = -1
-        self.memo: Any = None
+    __slots__ = ("memo", "size")  # read with getattr(..., default): unset until known
 
     def __copy__(self) -> set[str]:
         return set(self)
@@ -130,6 +125,10 @@ def committed_model(value: Any) -> bool:
 def is_committed(value: Any) -> bool:
     """Whether `value` is a node of a committed tree (a tracked container or a committed model)."""
     return type(value) in _TRACKED or committed_model(value)
+
+
+def _size_of(marker_set: Committed) -> int:
+    return getattr(marker_set, "size", -1)
 
 
 def marker(model: BaseModel) -> Committed:
@@ -444,6 +443,8 @@ class _Field:
 
 
 _HOOKED: set[type] = set()
+_NODE_FIELDS: dict[type, tuple[str, ...]] = {}
+"""Per hooked class, the fields whose type can hold a model or a container (the others hold scalars)."""
 _LEAF_ANNOTATIONS = (str, int, float, bool, bytes, datetime, date, time, timedelta, Decimal, UUID, type(None))
 
 
@@ -484,9 +485,13 @@ def hook(cls: type[BaseModel]) -> None:
         __setattr__._envreg_journaled = True  # type: ignore[attr-defined]
         type.__setattr__(cls, "__setattr__", __setattr__)
         type.__setattr__(cls, "__delattr__", __delattr__)
+    holding = []
     for name, field in cls.__pydantic_fields__.items():
-        if _holds_nodes(field.annotation) and not isinstance(cls.__dict__.get(name), _Field):
-            type.__setattr__(cls, name, _Field(name))
+        if _holds_nodes(field.annotation):
+            holding.append(name)
+            if not isinstance(cls.__dict__.get(name), _Field):
+                type.__setattr__(cls, name, _Field(name))
+    _NODE_FIELDS[cls] = tuple(holding)
     _HOOKED.add(cls)
 
 
@@ -528,10 +533,13 @@ class _Freezer:
 
     def _model(self, model: BaseModel) -> BaseModel:
         cls = type(model)
-        if cls not in _HOOKED:
+        holding = _NODE_FIELDS.get(cls)
+        if holding is None:
             hook(cls)
+            holding = _NODE_FIELDS[cls]
         fields = model.__dict__
-        for name, value in fields.items():
+        for name in holding:
+            value = fields.get(name)
             if type(value) not in _LEAVES:
                 frozen = self.freeze(value)
                 if frozen is not value:
@@ -867,9 +875,10 @@ def json_size(value: Any) -> int:
     if isinstance(value, BaseModel):
         fields = value.__pydantic_fields_set__
         if type(fields) is Committed:
-            if fields.size < 0:
-                fields.size = len(pydantic_core.to_json(value))
-            return fields.size
+            size = getattr(fields, "size", -1)
+            if size < 0:
+                size = fields.size = len(pydantic_core.to_json(value))
+            return size
     return len(pydantic_core.to_json(value, serialize_unknown=True))
 
 
@@ -877,7 +886,7 @@ def _cached_size(node: Any) -> int:
     if type(node) in _TRACKED:
         return node._size
     fields = node.__pydantic_fields_set__
-    return fields.size if type(fields) is Committed else -1
+    return getattr(fields, "size", -1) if type(fields) is Committed else -1
 
 
 def _cache_size(node: Any, size: int) -> None:

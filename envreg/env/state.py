@@ -48,10 +48,11 @@ class EnvState(BaseModel):
         """Canonical JSON text of the state (computed once for a committed state, which never changes)."""
         fields = self.__pydantic_fields_set__
         if type(fields) is Committed:
-            if fields.memo is None:
+            memo = getattr(fields, "memo", None)
+            if memo is None:
                 text = canonical_json(self.to_json())
-                fields.memo = (text, sha256_hex(text))
-            return fields.memo[0]
+                memo = fields.memo = (text, sha256_hex(text))
+            return memo[0]
         return canonical_json(self.to_json())
 
     def sha256(self) -> str:
@@ -59,7 +60,7 @@ class EnvState(BaseModel):
         fields = self.__pydantic_fields_set__
         if type(fields) is Committed:
             self.canonical()
-            return fields.memo[1]
+            return fields.memo[1]  # set by canonical()
         return sha256_hex(self.canonical())
 
     @classmethod
