@@ -312,7 +312,10 @@ def test_every_tool_of_every_environment_matches_a_deep_copy(name: str) -> None:
             result = instance.call_tool(tool, arguments)
             reference, expected = reference_call(env, reference, tool, arguments)
             assert (result.is_error, result.text) == (expected.is_error, expected.text), (tool, arguments)
-            assert states_equal(instance.state.to_json(), reference.to_json(), env.volatile), (tool, arguments)
+            assert states_equal(instance.state.to_json(), reference.to_json(), env.volatile), (
+                tool,
+                arguments,
+            )
             assert instance.size == len(pydantic_core.to_json(instance.state)), "incremental size"
             assert instance.state.canonical() == canonical_json(instance.state.to_json()), "canonical text"
         for state, text in history:

@@ -43,10 +43,10 @@ async def drive(rt: Runtime, isolation: str, n: int, seed: int) -> list[str]:
             await rt.sandbox(env if isolation == "local" else name, isolation=isolation)
             for _ in range(share - len(forks))
         ]
-        for sb in forks:
-            plans.append((env, sb, prefix, random_calls(env, rng, CALLS)))
+        for sb in forks:  # a fork starts from the snapshot's state, as read back from its canonical JSON
+            plans.append((env, sb, snap.state, random_calls(env, rng, CALLS)))
         for sb in fresh:
-            plans.append((env, sb, [], random_calls(env, rng, CALLS)))
+            plans.append((env, sb, None, random_calls(env, rng, CALLS)))
         await parent.close()
     seen: dict[str, list[tuple[bool, str]]] = {}
     limiter = anyio.CapacityLimiter(64)
@@ -63,10 +63,8 @@ async def drive(rt: Runtime, isolation: str, n: int, seed: int) -> list[str]:
         for _, sb, _, calls in plans:
             tg.start_soon(run, sb, calls)
     mismatches = []
-    for env, sb, prefix, calls in plans:
-        replay = env.instance()
-        for tool, arguments in prefix:
-            replay.call_tool(tool, arguments)
+    for env, sb, start, calls in plans:
+        replay = env.instance(start)
         expected = [(r.is_error, r.text) for r in (replay.call_tool(t, a) for t, a in calls)]
         if seen[sb.id] != expected:
             mismatches.append(f"{sb.id} ({env.name}): results differ from the replay")

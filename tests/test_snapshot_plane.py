@@ -239,3 +239,30 @@ def test_snapshot_json_on_disk_is_the_canonical_state(envreg_home) -> None:
     address = anyio.run(main)
     data = json.loads((envreg_home / "snapshots" / f"{address}.json").read_text())
     assert data["state"]["value"] == 3 and data["meta"]["env"] == "counter"
+
+
+async def test_a_restore_gives_the_state_read_back_from_its_canonical_json() -> None:
+    """On every path (kept by the server, or sent to another one) a restored state is the snapshot's
+    canonical JSON read back: the same dict order everywhere, so tools that list give the same answers."""
+    async with Runtime() as one, Runtime() as two:
+        sb = await one.sandbox("calendar")
+        await sb.call_tool("delete_event", {"event_id": "evt_0003"})
+        await sb.call_tool(
+            "create_event",
+            {
+                "calendar_id": "cal_0001",
+                "title": "Late",
+                "start": "2026-01-20T09:00:00",
+                "end": "2026-01-20T10:00:00",
+            },
+        )
+        snap = await sb.snapshot()
+        read_back = load_environment("calendar").instance(snap.state)  # from the canonical JSON
+        expected = json.dumps(read_back.state.to_json())  # order-sensitive: dict keys as read back
+        kept = await one.sandbox("calendar", state=snap)
+        sent = await two.sandbox("calendar", state=snap)
+        for fork in (kept, sent):
+            state = fork.server.handle.get(fork.instance_id).state
+            assert json.dumps(state.to_json()) == expected
+        listed = [await f.call_tool("list_events", {"day": "2026-01-06"}) for f in (kept, sent)]
+        assert listed[0].text == listed[1].text

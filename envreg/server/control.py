@@ -288,7 +288,7 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
         instance = instance_of(request)
         if instance is None:
             return missing(request)
-        return Response.json({"sha256": store.snapshots.keep(instance.state)})
+        return Response.json({"sha256": store.snapshots.keep(instance.state, env.committed)})
 
     @route("/instances/{instance_id}/restore", "POST")
     async def restore(request: Request) -> Response:

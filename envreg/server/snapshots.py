@@ -1,7 +1,9 @@
 """The server's snapshot cache: committed states by the sha256 of their canonical JSON.
 
-A committed state never changes (`envreg.env.cow`), so a snapshot here is the state itself, held by
-reference: taking one, restoring one into an instance and forking one into many cost no copy. The
+A committed state never changes (`envreg.env.cow`), so a snapshot here is a state held by reference:
+restoring one into an instance and forking one into many cost no copy. Taking one reads the state
+back from its canonical JSON once, so that it is what a restore from the durable copy gives (dicts in
+sorted key order) on every tier and server. The
 runtime keeps the durable copy on disk (`envreg.runtime.snapshots`) and sends a state here once
 (compressed); from then on restores and forks name it by hash. Least recently used entries go when
 the cache is over its budget (counted in canonical bytes); a restore of one that went is answered
@@ -19,6 +21,7 @@ from typing import Any
 
 from envreg.canonical import sha256_hex
 from envreg.env import EnvState
+from envreg.env.cow import Committed
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 DEFAULT_BUDGET = 32 * 1024 * 1024
@@ -51,13 +54,22 @@ class SnapshotCache:
     def __contains__(self, sha: str) -> bool:
         return sha in self._entries
 
-    def keep(self, state: EnvState) -> str:
-        """Keep a committed state; returns its sha256 (the canonical text is computed once per state)."""
+    def keep(self, state: EnvState, parse: Any) -> str:
+        """Keep the state a restore of `state`'s snapshot gives; returns the sha256 of its canonical JSON.
+
+        That is the state read back from its canonical JSON (`parse`), as a restore from the durable copy
+        or on another server gives it: dicts in sorted key order, the same on every tier. The instance
+        keeps its own state as it is."""
+        text = state.canonical()
         sha = state.sha256()
         if sha in self._entries:
             self._entries.move_to_end(sha)
         else:
-            self._add(sha, _Entry(state, len(state.canonical().encode())))
+            kept = parse(text)
+            fields = kept.__pydantic_fields_set__
+            if type(fields) is Committed:
+                fields.memo = (text, sha)  # the canonical form it was read from
+            self._add(sha, _Entry(kept, len(text.encode())))
         return sha
 
     def get(self, sha: str) -> EnvState | None:

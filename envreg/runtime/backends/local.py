@@ -83,7 +83,7 @@ class InProcessClient:
         self.store.delete(instance_id)
 
     async def snapshot(self, instance_id: str) -> str:
-        return self.store.snapshots.keep(self._instance(instance_id).state)
+        return self.store.snapshots.keep(self._instance(instance_id).state, self.store.env.committed)
 
     async def snapshot_payload(self, sha256: str) -> bytes:
         state = self.store.snapshots.get(sha256)
