@@ -27,6 +27,7 @@ write (`CommittedStateError`): read-only tools cannot change a state.
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 import types
 import typing
@@ -412,36 +413,6 @@ def _new_tracked(kind: type, content: Any) -> Any:
 # ------------------------------------------------------------------------------------- models
 
 
-class _Field:
-    """A data descriptor over one node-holding field: reads record where the node was found.
-
-    pydantic keeps field values in the instance ``__dict__`` and writes them there itself, so this
-    only sees reads (a data descriptor takes precedence over the instance dict). On the class it is
-    invisible (AttributeError), as pydantic fields are.
-    """
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, cls: Any = None) -> Any:
-        if obj is None:
-            raise AttributeError(self.name)
-        try:
-            value = obj.__dict__[self.name]
-        except KeyError:
-            raise AttributeError(self.name) from None
-        if type(value) not in _LEAVES:
-            txn = _local.txn
-            if txn is not None:
-                txn.paths[id(value)] = (obj, self.name)
-        return value
-
-    def __set__(self, obj: Any, value: Any) -> None:  # `object.__setattr__` only; pydantic writes __dict__
-        obj.__dict__[self.name] = value
-
-
 _HOOKED: set[type] = set()
 _NODE_FIELDS: dict[type, tuple[str, ...]] = {}
 """Per hooked class, the fields whose type can hold a model or a container (the others hold scalars)."""
@@ -463,7 +434,10 @@ def _holds_nodes(annotation: Any) -> bool:
 
 
 def hook(cls: type[BaseModel]) -> None:
-    """Journal writes to instances of `cls` and record reads of its node-holding fields (idempotent)."""
+    """Journal writes to instances of `cls`, and note which of its fields can hold nodes (idempotent).
+
+    Reading a field costs nothing extra: where a model's field holds a written node is found at commit,
+    from the models on the way (`Transaction._index`)."""
     if cls in _HOOKED:
         return
     for base in cls.__mro__[1:]:
@@ -485,13 +459,9 @@ def hook(cls: type[BaseModel]) -> None:
         __setattr__._envreg_journaled = True  # type: ignore[attr-defined]
         type.__setattr__(cls, "__setattr__", __setattr__)
         type.__setattr__(cls, "__delattr__", __delattr__)
-    holding = []
-    for name, field in cls.__pydantic_fields__.items():
-        if _holds_nodes(field.annotation):
-            holding.append(name)
-            if not isinstance(cls.__dict__.get(name), _Field):
-                type.__setattr__(cls, name, _Field(name))
-    _NODE_FIELDS[cls] = tuple(holding)
+    _NODE_FIELDS[cls] = tuple(
+        name for name, field in cls.__pydantic_fields__.items() if _holds_nodes(field.annotation)
+    )
     _HOOKED.add(cls)
 
 
@@ -794,7 +764,7 @@ class Transaction:
             where = self.paths.get(id(node))
             if where is None:
                 if index is None:
-                    index = self._index_scanned()
+                    index = self._index()
                 where = index.get(id(node))
             if where is None:
                 raise CannotCommit(
@@ -820,8 +790,29 @@ class Transaction:
             commit.changed.setdefault(id(parent), set()).add(at)
             node = parent
 
-    def _index_scanned(self) -> dict[int, tuple[Any, Any]]:
+    def _index(self) -> dict[int, tuple[Any, Any]]:
+        """Where nodes are that no container read recorded: the fields of the models from the root down
+        (not into collections), of the models reached through collections, of the models written; and
+        the entries of the collections the call iterated."""
         index: dict[int, tuple[Any, Any]] = {}
+        todo = [self.root]
+        todo += [
+            node for node_id, where in self.paths.items() if (node := _node_at(*where, node_id)) is not None
+        ]
+        todo += [entry[0] for entry in self.models.values()]
+        seen: set[int] = set()
+        while todo:
+            model = todo.pop()
+            if id(model) in seen:
+                continue
+            seen.add(id(model))
+            fields = model.__dict__
+            for name in _NODE_FIELDS.get(type(model), ()):
+                value = fields.get(name)
+                if type(value) not in _LEAVES:
+                    index.setdefault(id(value), (model, name))
+                    if isinstance(value, BaseModel):
+                        todo.append(value)
         for container in self.scanned:
             if type(container) is TDict:
                 for key, value in dict.items(container):
@@ -830,6 +821,17 @@ class Transaction:
                 for i, value in enumerate(list.__iter__(container)):
                     index.setdefault(id(value), (container, i))
         return index
+
+
+def _node_at(parent: Any, key: Any, node_id: int) -> Any:
+    """The model a recorded read found at `parent[key]` (a collection), if it is still there."""
+    if type(parent) is TDict:
+        value = dict.get(parent, key)
+    elif type(parent) is TList and type(key) is int and key < len(parent):
+        value = list.__getitem__(parent, key)
+    else:
+        return None
+    return value if id(value) == node_id and isinstance(value, BaseModel) else None
 
 
 def _restore_model(model: BaseModel, fields: dict, fields_set: set, extra: Any, private: Any) -> None:
@@ -898,7 +900,22 @@ def _cache_size(node: Any, size: int) -> None:
 
 def _field_size(model: BaseModel, name: str) -> int:
     """Bytes of one field's value as the model serializes it (its declared type decides, e.g. 5.0)."""
+    value = model.__dict__.get(name)
+    if type(value) is _plain_fields(type(model)).get(name):  # serialized as the value itself
+        return len(pydantic_core.to_json(value))
     return len(model.model_dump_json(include={name})) - len(pydantic_core.to_json(name)) - 3
+
+
+@functools.cache
+def _plain_fields(cls: type[BaseModel]) -> dict[str, type]:
+    """Fields annotated with a plain scalar type and no serializer of their own: name -> that type."""
+    if cls.__pydantic_decorators__.field_serializers or cls.__pydantic_decorators__.model_serializers:
+        return {}
+    plain = {}
+    for name, field in cls.__pydantic_fields__.items():
+        if field.annotation in (str, int, bool) and not field.metadata and not field.exclude:
+            plain[name] = field.annotation
+    return plain
 
 
 def _entry_size(node: Any, key: Any, value: Any) -> int:
