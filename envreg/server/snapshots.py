@@ -1,9 +1,9 @@
 """The server's snapshot cache: committed states by the sha256 of their canonical JSON.
 
 A committed state never changes (`envreg.env.cow`), so a snapshot here is a state held by reference:
-restoring one into an instance and forking one into many cost no copy. Taking one reads the state
-back from its canonical JSON once, so that it is what a restore from the durable copy gives (dicts in
-sorted key order) on every tier and server. The
+restoring one into an instance and forking one into many cost no copy. A kept state is the state read
+back from its canonical JSON once, exactly what a restore from the durable copy gives on any server:
+the same on every tier. The
 runtime keeps the durable copy on disk (`envreg.runtime.snapshots`) and sends a state here once
 (compressed); from then on restores and forks name it by hash. Least recently used entries go when
 the cache is over its budget (counted in canonical bytes); a restore of one that went is answered
@@ -57,8 +57,9 @@ class SnapshotCache:
     def keep(self, state: EnvState, parse: Any) -> str:
         """Keep the state a restore of `state`'s snapshot gives; returns the sha256 of its canonical JSON.
 
-        That is the state read back from its canonical JSON (`parse`), as a restore from the durable copy
-        or on another server gives it: dicts in sorted key order, the same on every tier. The instance
+        That is the state read back from its canonical JSON (`parse`), exactly as a restore from the
+        durable copy or on another server gives it (dicts in sorted key order; whatever the state
+        model's validators make of it), so that every tier restores the same state. The instance
         keeps its own state as it is."""
         text = state.canonical()
         sha = state.sha256()
