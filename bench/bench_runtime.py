@@ -379,14 +379,17 @@ async def bench_snapshots(args: argparse.Namespace, R: dict) -> None:
                     timed(tier, "restore", how, clock() - t0)
                     assert await sb.state_sha256() == snap.sha256
             pools = [("", 0)] if tier == "local" else [("warm pool", 8), ("cold", 0)]
+            if tier == "container":
+                pools.insert(1, ("warm pool holding the snapshot", 8))
             for pool, warm in pools:
                 reps = args.fork_reps_local if tier == "local" else args.fork_reps[tier]
                 if pool == "cold" and tier == "container":
                     reps = 1
                 for _ in range(reps):
-                    for how in ("by hash", "previous"):
+                    for how in ("by hash", "previous") if "holding" not in pool else ("by hash",):
                         if warm:
-                            await rt.warm(env[tier], tier, warm)
+                            held = snap if "holding" in pool else None
+                            await rt.warm(env[tier], tier, warm, snapshot=held)
                             rt.pool_sizes.clear()
                         log(f"fork x8: {tier} tier, {pool or 'in process'}, {how}")
                         target = None if tier == "local" else env[tier]

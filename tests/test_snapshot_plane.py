@@ -266,3 +266,30 @@ async def test_a_restore_gives_the_state_read_back_from_its_canonical_json() -> 
             assert json.dumps(state.to_json()) == expected
         listed = [await f.call_tool("list_events", {"day": "2026-01-06"}) for f in (kept, sent)]
         assert listed[0].text == listed[1].text
+
+
+@pytest.mark.docker
+async def test_a_warm_pool_can_hold_a_snapshot_so_that_forks_send_nothing(reference_images) -> None:
+    async with Runtime() as rt:
+        sb = await rt.sandbox("bank", isolation="container")
+        await sb.call_tool("set_daily_limit", {"account_id": "acc_0001", "limit_cents": 4242})
+        snap = await sb.snapshot()
+        await rt.warm("bank", "container", 3, snapshot=snap)
+        rt.pool_sizes.clear()
+        spec = await rt.resolve("bank", "container")
+        pool = rt._isolated.warm[spec.key, True]
+        assert len(pool) == 3 and all(snap.sha256 in server.snapshots for server, _ in pool)
+        sent = []
+        for server, _ in pool:
+            original = server.client.upload_snapshot
+
+            async def counting(snapshot, original=original):
+                sent.append(snapshot.sha256)
+                await original(snapshot)
+
+            server.client.upload_snapshot = counting
+        forks = await rt.fork(snap, 3, isolation="container")
+        assert sent == []
+        assert [await f.state_sha256() for f in forks] == [snap.sha256] * 3
+        with pytest.raises(Exception, match="calendar|bank"):
+            await rt.warm("calendar", "container", 1, snapshot=snap)

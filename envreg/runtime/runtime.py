@@ -17,7 +17,7 @@ from envreg.runtime.backends import create_backend
 from envreg.runtime.backends.base import Backend, EnvSpec
 from envreg.runtime.backends.local import LocalBackend
 from envreg.runtime.placement import Placement
-from envreg.runtime.sandbox import Sandbox
+from envreg.runtime.sandbox import Sandbox, upload_once
 from envreg.runtime.snapshots import Snapshot, SnapshotStore
 
 
@@ -177,12 +177,24 @@ class Runtime:
             raise first from None
         return forks
 
-    async def warm(self, env: str, isolation: Isolation, n: int) -> None:
-        """Fill the warm pool of `env` on an isolated tier to `n` now (and keep it there)."""
+    async def warm(self, env: str, isolation: Isolation, n: int, snapshot: Snapshot | None = None) -> None:
+        """Fill the warm pool of `env` on an isolated tier to `n` now (and keep it there).
+
+        With `snapshot`, every server in the pool gets it now, so that a later `fork(snapshot, ...)` (or
+        restore) from the pool names it by hash instead of sending it: on the container tier, where
+        each sandbox is a server of its own, that is the difference between one upload per fork and none.
+        """
         placement = await self._placement(isolation)
         spec = await self.resolve(env, isolation)
         self.pool_sizes[f"{isolation}:{spec.key}"] = n
-        await placement.prewarm(spec, isolation not in SHARED_TIERS, n)
+        dedicated = isolation not in SHARED_TIERS
+        await placement.prewarm(spec, dedicated, n)
+        if snapshot is not None:
+            snapshot.check_compatible(spec.name, spec.digest)
+            servers = {id(server): server for server, _ in placement.warm[spec.key, dedicated]}
+            async with anyio.create_task_group() as tg:
+                for server in servers.values():
+                    tg.start_soon(upload_once, server, snapshot)
 
     def get(self, sandbox_id: str) -> Sandbox | None:
         return self.sandboxes.get(sandbox_id)
