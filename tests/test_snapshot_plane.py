@@ -13,7 +13,7 @@ from servers import EnvServerProcess
 
 from envreg.canonical import canonical_json
 from envreg.env import load_environment
-from envreg.errors import InvalidState
+from envreg.errors import InvalidState, SnapshotMismatch
 from envreg.runtime import Runtime
 from envreg.runtime.backends.local import LocalBackend
 from envreg.runtime.snapshots import SnapshotStore
@@ -291,5 +291,5 @@ async def test_a_warm_pool_can_hold_a_snapshot_so_that_forks_send_nothing(refere
         forks = await rt.fork(snap, 3, isolation="container")
         assert sent == []
         assert [await f.state_sha256() for f in forks] == [snap.sha256] * 3
-        with pytest.raises(Exception, match="calendar|bank"):
+        with pytest.raises(SnapshotMismatch, match="taken from bank"):
             await rt.warm("calendar", "container", 1, snapshot=snap)
