@@ -184,6 +184,9 @@ class Instance(Generic[S]):
         """
         tool = self.env.get_tool(name)
         self.calls += 1
+        limits = getattr(self.env, "limits", None)  # per-environment size limits, where declared
+        if limits is not None and (too_large := limits.argument_problem(arguments)) is not None:
+            return ToolResult(error=too_large)
         try:
             kwargs = tool.parse_arguments(arguments)
         except ToolError as exc:
@@ -206,9 +209,17 @@ class Instance(Generic[S]):
             self.slow_calls += 1
             return self._call_on_copy(tool, kwargs)
         try:
-            self.state = self._checked(commit)
+            new = self._checked(commit)
         except Exception as exc:  # a change the state model refuses: the old state stays
             return ToolResult(error=f"{name} failed with an internal error: {type(exc).__name__}: {exc}")
+        size = commit.size()  # the new size from the old one and what changed: O(change)
+        if limits is not None:
+            problem = limits.state_problem(size, "this call would make the state")
+            if problem is not None:
+                return ToolResult(
+                    error=f"Refused: {problem}; nothing was changed. Remove or shorten something first."
+                )
+        self.state = new
         return result
 
     def _run(self, tool: Tool, state: S, kwargs: dict[str, Any]) -> ToolResult:
@@ -226,7 +237,7 @@ class Instance(Generic[S]):
 
     @property
     def size(self) -> int:
-        """Bytes of the state as compact JSON: known for a committed state, kept up to date by each call
+        """Bytes of the state as compact JSON: computed once for a loaded state, then kept by each call
         from the sizes of what it changed (`Commit.size`), never by serializing the whole state again."""
         return json_size(self.state)
 
@@ -237,7 +248,6 @@ class Instance(Generic[S]):
             check_changes(commit)
         if check == "full":
             self.env.state_model.model_validate(commit.root.model_dump())
-        commit.size()
         return commit.root  # type: ignore[return-value]
 
     def _call_on_copy(self, tool: Tool, kwargs: dict[str, Any]) -> ToolResult:
