@@ -267,28 +267,83 @@ async def bench_acquire(args: argparse.Namespace, R: dict) -> None:
 # ---------------------------------------------------------------- 2. gateway vs direct
 
 
+async def asgi_gateway(rt: Any) -> tuple[Any, int]:
+    """The gateway as every call went through it before the fast lane: the ASGI app alone, same lookups."""
+    import uvicorn
+
+    from envreg.runtime.gateway import Gateway, QuietServer
+
+    config = uvicorn.Config(Gateway(rt.get, rt._http), host="127.0.0.1", port=0, lifespan="off",
+                            log_level="warning", access_log=False)  # fmt: skip
+    server = QuietServer(config)
+    asyncio.get_running_loop().create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    return server, server.servers[0].sockets[0].getsockname()[1]
+
+
 async def bench_gateway(args: argparse.Namespace, R: dict) -> None:
     tool, arguments = TOOLS[args.env]
     rows = []
     async with Runtimes.new() as rt:
         for tier in ("instance", "container"):
             sb = await rt.sandbox(args.image, isolation=tier)
+            asgi, asgi_port = await asgi_gateway(rt)
             gw_host, gw_port = rt.gateway_url.removeprefix("http://").rsplit(":", 1)
-            for path_name, host, port, path, token in (
-                ("direct", sb.upstream.host, sb.upstream.port, sb.upstream.path, sb.upstream.token),
-                ("gateway", gw_host, int(gw_port), f"/sandboxes/{sb.id}/mcp", sb.token),
-            ):
-                log(f"gateway: {args.calls} calls, {tier} tier, {path_name}")
-                r = await run_client(host, port, path, token, tool, arguments, args.calls)
-                rows.append((tier, path_name, r))
+            for _ in range(args.gateway_rounds):  # alternate, so that load on the machine hits all alike
+                for path_name, host, port, path, token in (
+                    ("direct", sb.upstream.host, sb.upstream.port, sb.upstream.path, sb.upstream.token),
+                    ("gateway, ASGI (before)", "127.0.0.1", asgi_port, f"/sandboxes/{sb.id}/mcp", sb.token),
+                    ("gateway, fast lane", gw_host, int(gw_port), f"/sandboxes/{sb.id}/mcp", sb.token),
+                ):
+                    log(f"gateway: {args.calls} calls, {tier} tier, {path_name}")
+                    r = await run_client(host, port, path, token, tool, arguments, args.calls)
+                    rows.append((tier, path_name, r))
+            asgi.should_exit = True
             await sb.close()
-    R["gateway"] = rows
+    merged: dict[tuple[str, str], dict] = {}
+    for tier, path_name, r in rows:
+        m = merged.setdefault((tier, path_name), {"lat": [], "wall": 0.0, "client_cpu": 0.0, "errors": 0})
+        m["lat"] += r["lat"]
+        m["wall"] += r["wall"]
+        m["client_cpu"] += r["client_cpu"]
+        m["errors"] += r["errors"]
+    R["gateway"] = [(tier, path_name, r) for (tier, path_name), r in merged.items()]
 
 
 # ---------------------------------------------------------------- 3. snapshot / restore / fork
 
 
+async def old_snapshot(rt: Any, sb: Any) -> Any:
+    """The previous protocol: the whole state over the wire, canonical JSON and its hash on this host."""
+    return rt.snapshots.put(sb.env, sb.env_digest, await sb.state())
+
+
+async def old_restore(sb: Any, snap: Any) -> None:
+    """The previous protocol: the whole state sent back, validated again by the server."""
+    await sb.load_state(snap.state)
+
+
+async def old_fork(rt: Any, snap: Any, n: int, tier: str, env: Any) -> list:
+    """The previous fork: n sandboxes, each sent the whole state."""
+    import anyio
+
+    forks: list = []
+
+    async def one() -> None:
+        sb = await rt.sandbox(env, isolation=tier)
+        await old_restore(sb, snap)
+        forks.append(sb)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(n):
+            tg.start_soon(one)
+    return forks
+
+
 async def bench_snapshots(args: argparse.Namespace, R: dict) -> None:
+    """Snapshot / restore / fork x8 of a 1 MB state, by hash (now) and with the previous protocol, in
+    alternating rounds on each tier."""
     import anyio
 
     from envreg.canonical import canonical_json
@@ -297,48 +352,59 @@ async def bench_snapshots(args: argparse.Namespace, R: dict) -> None:
     R["state_bytes"] = len(canonical_json(state))
     R["state_contacts"] = len(state["contacts"])
     env = {"local": "calendar", "instance": args.calendar_image, "container": args.calendar_image}
-    snaps, forks = [], []
+    rows: dict[tuple[str, str, str], list[float]] = {}
+
+    def timed(tier: str, what: str, how: str, seconds: float) -> None:
+        rows.setdefault((tier, what, how), []).append(seconds)
+
     async with Runtimes.new() as rt:
         for tier in ("local", "instance", "container"):
             log(f"snapshot: {tier} tier, {R['state_bytes'] / 1e6:.2f} MB state")
             t0 = clock()
             sb = await rt.sandbox(env[tier], isolation=tier, state=state)
-            create = clock() - t0
-            snap_t, restore_t = [], []
+            timed(tier, "create with the state", "-", clock() - t0)
             snap = None
             for _ in range(args.snap_reps):
-                if snap is not None:  # so that every snapshot writes its file, as a new state would
-                    (rt.snapshots.root / f"{snap.sha256}.json").unlink(missing_ok=True)
-                t0 = clock()
-                snap = await sb.snapshot()
-                snap_t.append(clock() - t0)
-            for _ in range(args.snap_reps):
-                t0 = clock()
-                await sb.restore(snap)
-                restore_t.append(clock() - t0)
-            snaps.append((tier, create, snap_t, restore_t))
-            plans = [("cold", 0, args.fork_reps_local)] if tier == "local" else [
-                ("warm pool", 8, args.fork_reps[tier]), ("cold", 0, args.fork_reps[tier])]  # fmt: skip
-            for mode, warm, reps in plans:
-                times = []
-                for _ in range(reps):
-                    if warm:
-                        await rt.warm(env[tier], tier, warm)
-                        rt.pool_sizes.clear()
-                    log(f"fork x8: {tier} tier, {mode}")
+                for how in ("by hash", "previous"):
+                    if snap is not None:  # so that every snapshot writes its file, as a new state would
+                        rt.snapshots.path(snap.address).unlink(missing_ok=True)
                     t0 = clock()
-                    children = await rt.fork(
-                        snap, 8, isolation=tier, env=None if tier == "local" else env[tier]
-                    )
-                    times.append(clock() - t0)
-                    assert len(children) == 8
-                    sha = await children[0].state_sha256()
-                    assert sha == snap.sha256, (sha, snap.sha256)
-                    await close_all(children)
-                    await anyio.sleep(0.2)
-                forks.append((tier, "" if tier == "local" else mode, times))
+                    snap = await (sb.snapshot() if how == "by hash" else old_snapshot(rt, sb))
+                    timed(tier, "snapshot", how, clock() - t0)
+            snap = await sb.snapshot()
+            for _ in range(args.snap_reps):
+                for how in ("by hash", "previous"):
+                    t0 = clock()
+                    await (sb.restore(snap) if how == "by hash" else old_restore(sb, snap))
+                    timed(tier, "restore", how, clock() - t0)
+                    assert await sb.state_sha256() == snap.sha256
+            pools = [("", 0)] if tier == "local" else [("warm pool", 8), ("cold", 0)]
+            if tier == "container":
+                pools.insert(1, ("warm pool holding the snapshot", 8))
+            for pool, warm in pools:
+                reps = args.fork_reps_local if tier == "local" else args.fork_reps[tier]
+                if pool == "cold" and tier == "container":
+                    reps = 1
+                for _ in range(reps):
+                    for how in ("by hash", "previous") if "holding" not in pool else ("by hash",):
+                        if warm:
+                            held = snap if "holding" in pool else None
+                            await rt.warm(env[tier], tier, warm, snapshot=held)
+                            rt.pool_sizes.clear()
+                        log(f"fork x8: {tier} tier, {pool or 'in process'}, {how}")
+                        target = None if tier == "local" else env[tier]
+                        t0 = clock()
+                        if how == "by hash":
+                            children = await rt.fork(snap, 8, isolation=tier, env=target)
+                        else:
+                            children = await old_fork(rt, snap, 8, tier, target or env[tier])
+                        timed(tier, f"fork x8{', ' + pool if pool else ''}", how, clock() - t0)
+                        assert len(children) == 8
+                        assert await children[-1].state_sha256() == snap.sha256
+                        await close_all(children)
+                        await anyio.sleep(0.2)
             await sb.close()
-    R["snapshots"], R["forks"] = snaps, forks
+    R["stateplane"] = rows
 
 
 # ---------------------------------------------------------------- 4. density
@@ -497,7 +563,7 @@ def report(args: argparse.Namespace, R: dict) -> None:
             p50 = pct(r["lat"], 0.5)
             if path == "direct":
                 direct[tier] = p50
-            added = f"+{(p50 - direct[tier]) * 1e3:.3f} ms" if path == "gateway" and tier in direct else ""
+            added = f"+{(p50 - direct[tier]) * 1e3:.3f} ms" if path != "direct" and tier in direct else ""
             t.add_row(tier, path, str(len(r["lat"])), f"{p50 * 1e3:.3f}", f"{pct(r['lat'], 0.99) * 1e3:.3f}",
                       f"{len(r['lat']) / r['wall']:,.0f}", f"{r['client_cpu'] / len(r['lat']) * 1e3:.3f}",
                       str(r["errors"]), added)  # fmt: skip
@@ -506,29 +572,36 @@ def report(args: argparse.Namespace, R: dict) -> None:
                       "network; gateway = rt.gateway_url/sandboxes/<id>/mcp with the sandbox's bearer token "
                       "(runs in the benchmark process's event loop)")  # fmt: skip
 
-    if "snapshots" in R:
-        t = Table(title=f"3a. Snapshot / restore of a {R['state_bytes'] / 1e6:.2f} MB calendar state "
-                        f"({R['state_contacts']} contacts; canonical JSON)")  # fmt: skip
-        for col in ("tier", "create with state ms", "n", "snapshot p50 ms", "snapshot p99 ms",
-                    "restore p50 ms", "restore p99 ms"):  # fmt: skip
-            t.add_column(col, justify="left" if col == "tier" else "right")
-        for tier, create, s, r in R["snapshots"]:
-            t.add_row(tier, ms(create), str(len(s)), ms(pct(s, 0.5)), ms(pct(s, 0.99)), ms(pct(r, 0.5)),
-                      ms(pct(r, 0.99)))  # fmt: skip
+    if "stateplane" in R:
+        t = Table(title=f"3. Snapshot / restore / fork x8 of a {R['state_bytes'] / 1e6:.2f} MB calendar state "
+                        f"({R['state_contacts']} contacts): by hash (now) vs the previous protocol, same run")  # fmt: skip
+        for col in (
+            "tier",
+            "what",
+            "n",
+            "now p50 ms",
+            "now p99 ms",
+            "previous p50 ms",
+            "previous p99 ms",
+            "x",
+        ):
+            t.add_column(col, justify="left" if col in ("tier", "what") else "right")
+        seen = []
+        for tier, what, _ in R["stateplane"]:
+            if (tier, what) not in seen:
+                seen.append((tier, what))
+        for tier, what in seen:
+            now = R["stateplane"].get((tier, what, "by hash")) or R["stateplane"].get((tier, what, "-"))
+            old = R["stateplane"].get((tier, what, "previous"))
+            ratio = f"{pct(old, 0.5) / pct(now, 0.5):,.0f}x" if old else ""
+            t.add_row(tier, what, str(len(now)), ms(pct(now, 0.5)), ms(pct(now, 0.99)),
+                      ms(pct(old, 0.5)) if old else "", ms(pct(old, 0.99)) if old else "", ratio)  # fmt: skip
         console.print(t)
-        console.print("snapshot = read the state + canonical JSON + sha256 + write the file (the file is "
-                      "deleted between repetitions so each one writes); restore = load_state (validated)")  # fmt: skip
-        t = Table(title="3b. rt.fork(snapshot, 8) from that state")
-        for col in ("tier", "pool", "rounds", "p50 ms (all 8)", "max ms (all 8)", "ms per sandbox (p50 / 8)"):
-            t.add_column(col, justify="left" if col in ("tier", "pool") else "right")
-        for tier, mode, times in R["forks"]:
-            t.add_row(
-                tier, mode, str(len(times)), ms(pct(times, 0.5)), ms(max(times)), ms(pct(times, 0.5) / 8)
-            )
-        console.print(t)
-        console.print("warm pool = rt.warm(env, tier, 8) then refill target 0 before each round; cold on the "
-                      "instance tier = new instances in the runtime's already running shared container; cold on "
-                      "the container tier = 8 new containers (at most 8 start at once)")  # fmt: skip
+        console.print("now: the server keeps snapshots by hash; a snapshot writes the durable copy here (its file is "
+                      "deleted between repetitions, so each one downloads and writes it); restore and fork name the "
+                      "snapshot, and a server that lacks it gets it once, gzip-compressed (the container tier's warm "
+                      "pool: 8 new servers, 8 uploads). previous: the whole state over the wire each time (GET for a "
+                      "snapshot, PUT for a restore, one PUT per fork), validated again by the server.")  # fmt: skip
 
     if "density" in R:
         t = Table(title="4. Sandboxes held at once, one tool call on each")
@@ -683,6 +756,7 @@ def main() -> None:
     args.max_instances = args.max_instances or (256 if q else 1000)
     args.max_containers = args.max_containers or (16 if q else 64)
     args.calls = args.calls or (300 if q else 1000)
+    args.gateway_rounds = 2 if q else 3
     args.acquire_instances = 50 if q else 100
     args.warm_containers = 8 if q else 16
     args.cold_runs = 3 if q else 5

@@ -20,20 +20,33 @@ class Item(BaseModel):
     name: str
     qty: int
 
+    @model_validator(mode="after")
+    def quantity_is_not_negative(self) -> Item:
+        if self.qty < 0:
+            raise ValueError(f"item {self.id} has a negative quantity")
+        return self
+
 
 class ShopState(EnvState):
     items: dict[str, Item] = {}
 
     @model_validator(mode="after")
-    def quantities_are_not_negative(self) -> ShopState:
-        for item in self.items.values():
-            if item.qty < 0:
-                raise ValueError(f"item {item.id} has a negative quantity")
+    def at_most_three_items(self) -> ShopState:
+        """A whole-state invariant: checked when a state is loaded, and after each call with check_state="full"."""
+        if len(self.items) > 3:
+            raise ValueError("the shop holds at most 3 items")
         return self
 
 
-def make_env() -> Environment:
-    env = Environment("shop", ShopState, version="0.1.0", domain="retail", description="A tiny shop.")
+def make_env(check_state: bool | str = True) -> Environment:
+    env = Environment(
+        "shop",
+        ShopState,
+        version="0.1.0",
+        domain="retail",
+        description="A tiny shop.",
+        check_state=check_state,
+    )
 
     @env.tool
     def add_item(state: ShopState, name: str, qty: Annotated[int, Field(ge=0)] = 1) -> Item:
@@ -113,10 +126,25 @@ def test_a_failing_tool_leaves_the_state_byte_identical() -> None:
     before = instance.state.canonical()
     missing = instance.call_tool("take", {"item_id": "itm_9999", "qty": 1})
     assert missing.is_error and "itm_9999" in missing.text
-    # passes the tool, then fails the state model's own validator: rolled back too, clock included
+    # passes the tool, then fails the changed item's own validator: rolled back too, clock included
     negative = instance.call_tool("take", {"item_id": item["id"], "qty": 5})
     assert negative.is_error and "negative quantity" in negative.text
     assert instance.state.canonical() == before
+
+
+def test_whole_state_validators_run_on_load_and_after_calls_when_asked() -> None:
+    state = {"items": {f"itm_{i:04d}": {"id": f"itm_{i:04d}", "name": "x", "qty": 1} for i in range(4)}}
+    with pytest.raises(ValidationError, match="at most 3 items"):
+        make_env().instance(state)
+    changed_only, full = make_env().instance(), make_env(check_state="full").instance()
+    for _ in range(3):
+        assert not changed_only.call_tool("add_item", {"name": "pen"}).is_error
+        assert not full.call_tool("add_item", {"name": "pen"}).is_error
+    before = full.state.canonical()
+    refused = full.call_tool("add_item", {"name": "pen"})
+    assert refused.is_error and "at most 3 items" in refused.text and full.state.canonical() == before
+    # by default a call validates what it changed, not the whole state: O(change), not O(state)
+    assert not changed_only.call_tool("add_item", {"name": "pen"}).is_error
 
 
 def test_bad_arguments_are_error_results_that_name_the_argument() -> None:

@@ -195,7 +195,7 @@ def test_images_are_labelled_and_pinned(reference_images) -> None:
         for key in ("title", "version", "description", "created", "source", "revision"):
             assert f"org.opencontainers.image.{key}" in labels
         assert info["Config"]["User"] == "65534:65534"
-        assert info["Config"]["Entrypoint"][:3] == ["envreg", "serve-env", "/env"]
+        assert info["Config"]["Entrypoint"][:4] == ["python3", "-m", "envreg.server", "/env"]
         assert {"8000/tcp", "8001/tcp"} <= set(info["Config"]["ExposedPorts"])
         shown = _docker("run", "--rm", "--entrypoint", "cat", row["tag"], "/env/manifest.json").stdout
         assert json.loads(shown) == manifest
@@ -275,7 +275,7 @@ def test_container_is_unprivileged_read_only_and_offline(container) -> None:
     status = _docker("exec", cid, "cat", "/proc/1/status").stdout  # pid 1 is the environment server
     uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
     assert uids == ["65534"] * 4, uids
-    assert "serve-env" in _docker("exec", cid, "cat", "/proc/1/cmdline").stdout
+    assert "envreg.server" in _docker("exec", cid, "cat", "/proc/1/cmdline").stdout
     probe = (
         "import socket,sys\n"
         "try:\n    open('/probe','w')\nexcept OSError as e:\n    print('ro', e.errno)\n"

@@ -29,6 +29,9 @@ def serve_env(
             show_default=False,
         ),
     ] = None,
+    snapshot_cache_mb: Annotated[
+        int, typer.Option(help="Snapshots kept for restores and forks beyond live instances, in MB.")
+    ] = 32,
     fast_path: Annotated[bool, typer.Option(help="Serve tools/list and tools/call on the lean path.")] = True,
     preload_sdk: Annotated[
         bool, typer.Option(help="Import the mcp SDK at start instead of on the first request that needs it.")
@@ -42,7 +45,9 @@ def serve_env(
         ),
     ] = None,
 ) -> None:
-    """Serve an environment over MCP streamable HTTP, with a token-protected control plane."""
+    """Serve an environment over MCP streamable HTTP, with a token-protected control plane.
+
+    Images run the same server through `python -m envreg.server`, which starts without the CLI."""
     from envreg.protocol import ENV_AGENT_TOKEN, ENV_TOKEN
     from envreg.server.app import ServerConfig, serve
 
@@ -59,6 +64,7 @@ def serve_env(
             token=token,
             max_instances=max_instances,
             max_body=max_body,
+            snapshot_budget=snapshot_cache_mb * 1024 * 1024,
             fast_path=fast_path,
             preload_sdk=preload_sdk,
             agent_token=agent_token or os.environ.get(ENV_AGENT_TOKEN) or None,

@@ -16,6 +16,8 @@ from typing import Any
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from envreg.env.cow import json_size
+
 DEFAULT_MAX_STATE_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_ARGUMENT_BYTES = 256 * 1024
 
@@ -38,7 +40,7 @@ class Limits(BaseModel):
         """Why these arguments are refused, or None when they are within the limit."""
         if not arguments:
             return None
-        size = json_size(arguments)
+        size = len(pydantic_core.to_json(arguments, serialize_unknown=True))
         if size <= self.max_argument_bytes:
             return None
         return (
@@ -61,7 +63,7 @@ class Limits(BaseModel):
 
         A validation error, so that every caller that refuses invalid states (the control plane's
         422, the runtime's `InvalidState`) refuses an oversized one the same way."""
-        problem = self.state_problem(state_size(state))
+        problem = self.state_problem(json_size(state))
         if problem is not None:
             raise ValidationError.from_exception_data(
                 type(state).__name__,
@@ -74,12 +76,3 @@ class Limits(BaseModel):
                 ],
             )
 
-
-def json_size(value: Any) -> int:
-    """Bytes of `value` as compact JSON (UTF-8)."""
-    return len(pydantic_core.to_json(value, serialize_unknown=True))
-
-
-def state_size(state: BaseModel) -> int:
-    """Bytes of a state as compact JSON; never smaller than its canonical JSON."""
-    return len(pydantic_core.to_json(state))

@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any, Self
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, NaiveDatetime
 
-from envreg.canonical import canonical_json, sha256_hex
+from envreg.canonical import sha256_hex
+from envreg.env.cow import Committed
 
 DEFAULT_EPOCH = datetime(2026, 1, 5, 9, 0, 0)
+
+
+def _canonical_float(text: str) -> float | int:
+    value = float(text)
+    return int(value) if value.is_integer() and abs(value) < 2**53 else value
+
+
+def _no_constants(name: str) -> None:
+    raise ValueError(f"canonical JSON has no form for the number {name}")
+
+
+def _canonical_text(state: BaseModel) -> str:
+    """`canonical_json(state.to_json())`, byte for byte, without walking the data in Python: pydantic
+    writes compact JSON, the C parser reads it back (integral floats as integers), the C encoder sorts."""
+    data = json.loads(
+        pydantic_core.to_json(state, inf_nan_mode="constants"),
+        parse_float=_canonical_float,
+        parse_constant=_no_constants,
+    )
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 class EnvState(BaseModel):
@@ -44,11 +67,22 @@ class EnvState(BaseModel):
         return self.model_dump(mode="json")
 
     def canonical(self) -> str:
-        """Canonical JSON text of the state."""
-        return canonical_json(self.to_json())
+        """Canonical JSON text of the state (computed once for a committed state, which never changes)."""
+        fields = self.__pydantic_fields_set__
+        if type(fields) is Committed:
+            memo = getattr(fields, "memo", None)
+            if memo is None:
+                text = _canonical_text(self)
+                memo = fields.memo = (text, sha256_hex(text))
+            return memo[0]
+        return _canonical_text(self)
 
     def sha256(self) -> str:
         """Hex sha256 of the canonical state."""
+        fields = self.__pydantic_fields_set__
+        if type(fields) is Committed:
+            self.canonical()
+            return fields.memo[1]  # set by canonical()
         return sha256_hex(self.canonical())
 
     @classmethod

@@ -13,6 +13,7 @@ from envreg.env.augment import Augmentation
 from envreg.errors import (
     InvalidState,
     SandboxGone,
+    SnapshotNotFound,
     TooLarge,
     UnknownToolError,
     UpstreamError,
@@ -25,6 +26,7 @@ from envreg.protocol import (
     META_PROTOCOL_VERSION,
     agent_path,
 )
+from envreg.runtime.snapshots import Snapshot
 
 _META = {
     META_PROTOCOL_VERSION: MCP_VERSION,
@@ -142,6 +144,49 @@ class EnvClient:
 
     async def reset(self, instance_id: str) -> None:
         await self.control("POST", f"/instances/{instance_id}/reset")
+
+    async def snapshot(self, instance_id: str) -> str:
+        return (await self.control("POST", f"/instances/{instance_id}/snapshot"))["sha256"]
+
+    async def snapshot_payload(self, sha256: str) -> bytes:
+        response = await self._send("GET", f"{self.control_url}/snapshots/{sha256}", headers=self.auth)
+        if response.status_code == 404:
+            raise SnapshotNotFound(f"the environment server does not keep snapshot {sha256[:12]}...")
+        if response.status_code != 200:
+            raise UpstreamError(f"GET /snapshots: HTTP {response.status_code}: {response.text[:300]}")
+        return response.content  # gzip on the wire, decoded by the client
+
+    async def restore(self, instance_id: str, sha256: str) -> bool:
+        response = await self._send(
+            "POST",
+            f"{self.control_url}/instances/{instance_id}/restore",
+            content=json.dumps({"snapshot": sha256}),
+            headers={**self.auth, "content-type": "application/json"},
+        )
+        if response.status_code == 200:
+            return True
+        if response.status_code == 404:
+            if response.json().get("missing_snapshot"):
+                return False
+            raise SandboxGone(f"the environment server has no instance {instance_id!r}")
+        raise UpstreamError(
+            f"POST /instances/.../restore: HTTP {response.status_code}: {response.text[:300]}"
+        )
+
+    async def upload_snapshot(self, snapshot: Snapshot) -> None:
+        response = await self._send(
+            "PUT",
+            f"{self.control_url}/snapshots/{snapshot.sha256}",
+            content=snapshot.gzip,
+            headers={**self.auth, "content-type": "application/json", "content-encoding": "gzip"},
+        )
+        if response.status_code == 422:
+            data = response.json()
+            raise InvalidState(data.get("error", "invalid state"), data.get("errors"))
+        if response.status_code == 413:
+            raise TooLarge(response.json().get("error", "snapshot too large for the environment server"))
+        if response.status_code != 201:
+            raise UpstreamError(f"PUT /snapshots: HTTP {response.status_code}: {response.text[:300]}")
 
     async def augment(self, instance_id: str, config: Augmentation | None) -> None:
         path = f"/instances/{instance_id}/augmentation"

@@ -19,7 +19,7 @@ from envreg.runtime.backends import create_backend
 from envreg.runtime.backends.base import Backend, EnvSpec
 from envreg.runtime.backends.local import LocalBackend
 from envreg.runtime.placement import Placement
-from envreg.runtime.sandbox import Sandbox
+from envreg.runtime.sandbox import Sandbox, upload_once
 from envreg.runtime.snapshots import Snapshot, SnapshotStore
 
 ENDED_KEPT = 4096
@@ -42,7 +42,9 @@ class Runtime:
     isolated tiers need the runtime entered as a context manager: leaving it removes every container
     and network it made.
     The gateway answers ``127.0.0.1``/``localhost``/``[::1]`` at its port and `allowed_hosts`
-    (``name:port`` or ``name:*``); browser pages at `cors_origins` may call it (none by default).
+    (``name:port`` or ``name:*``); browser pages at `cors_origins` may call it (none by default). It
+    relays plain tool calls on its fast lane (`envreg.runtime.fastlane`); `gateway_lane=False` sends
+    everything through the ASGI gateway.
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class Runtime:
         gateway: bool = True,
         gateway_host: str = "127.0.0.1",
         gateway_port: int = 0,
+        gateway_lane: bool = True,
         instances_per_container: int = 256,
         limits: Any = None,
         allowed_hosts: Sequence[str] = (),
@@ -73,6 +76,8 @@ class Runtime:
         self.gateway_url: str | None = None
         self.allowed_hosts = tuple(allowed_hosts)
         self.cors_origins = tuple(cors_origins)
+        self.gateway_lane = gateway_lane
+        self._lane: Any = None
         self.instances_per_container = instances_per_container
         self._backend_choice = backend
         self._backend_options = {"limits": limits} if limits is not None else {}
@@ -184,12 +189,24 @@ class Runtime:
             raise first from None
         return forks
 
-    async def warm(self, env: str, isolation: Isolation, n: int) -> None:
-        """Fill the warm pool of `env` on an isolated tier to `n` now (and keep it there)."""
+    async def warm(self, env: str, isolation: Isolation, n: int, snapshot: Snapshot | None = None) -> None:
+        """Fill the warm pool of `env` on an isolated tier to `n` now (and keep it there).
+
+        With `snapshot`, every server in the pool gets it now, so that a later `fork(snapshot, ...)` (or
+        restore) from the pool names it by hash instead of sending it: on the container tier, where
+        each sandbox is a server of its own, that is the difference between one upload per fork and none.
+        """
         placement = await self._placement(isolation)
         spec = await self.resolve(env, isolation)
         self.pool_sizes[f"{isolation}:{spec.key}"] = n
-        await placement.prewarm(spec, isolation not in SHARED_TIERS, n)
+        dedicated = isolation not in SHARED_TIERS
+        await placement.prewarm(spec, dedicated, n)
+        if snapshot is not None:
+            snapshot.check_compatible(spec.name, spec.digest)
+            servers = {id(server): server for server, _ in placement.warm[spec.key, dedicated]}
+            async with anyio.create_task_group() as tg:
+                for server in servers.values():
+                    tg.start_soon(upload_once, server, snapshot)
 
     def get(self, sandbox_id: str) -> Sandbox | None:
         return self.sandboxes.get(sandbox_id)
@@ -272,10 +289,12 @@ class Runtime:
         import uvicorn
 
         from envreg.runtime.access import AccessGuard
+        from envreg.runtime.fastlane import Lane
         from envreg.runtime.gateway import Gateway, QuietServer
 
         assert self._http is not None
         gateway = self._gateway = Gateway(self.get, self._http, ended=self.ended_reason)
+        self._lane = Lane(self.get, gateway.max_body) if self.gateway_lane else None
         config = uvicorn.Config(
             AccessGuard(gateway, self.allowed_hosts, self.cors_origins),
             host=self.gateway_host,
@@ -283,6 +302,7 @@ class Runtime:
             lifespan="off",
             log_level="warning",
             access_log=False,
+            **({"http": self._lane.protocol()} if self._lane is not None else {}),
         )
         server = self._gateway_server = QuietServer(config)
         async with anyio.create_task_group() as tg:
@@ -334,6 +354,8 @@ class Runtime:
                 await self._http.aclose()
             if self._gateway is not None:
                 await self._gateway.upstream.aclose()
+            if self._lane is not None:
+                self._lane.close()
 
 
 __all__ = ["Runtime"]

@@ -7,6 +7,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import anyio
+
 from envreg.env import ToolResult
 from envreg.env.augment import Augmentation
 from envreg.errors import SandboxGone, UpstreamError
@@ -15,6 +17,34 @@ from envreg.runtime.backends.base import Server, Upstream
 from envreg.runtime.snapshots import Snapshot, SnapshotStore
 
 T = TypeVar("T")
+
+
+async def restore_on(server: Server, instance_id: str, snap: Snapshot) -> None:
+    """Restore `snap` into an instance of `server`, sending the snapshot first if the server lacks it."""
+    if snap.sha256 not in server.snapshots:
+        await upload_once(server, snap)
+    if await server.client.restore(instance_id, snap.sha256):
+        return
+    server.snapshots.discard(snap.sha256)  # it went from the server's cache meanwhile
+    await upload_once(server, snap)
+    if not await server.client.restore(instance_id, snap.sha256):
+        raise UpstreamError(f"the environment server did not keep snapshot {snap.id[:19]}")
+
+
+async def upload_once(server: Server, snap: Snapshot) -> None:
+    """Send a snapshot to a server; concurrent restores of it (a fork) wait for one upload."""
+    while snap.sha256 not in server.snapshots:
+        pending = server.uploads.get(snap.sha256)
+        if pending is not None:
+            await pending.wait()
+            continue
+        done = server.uploads[snap.sha256] = anyio.Event()
+        try:
+            await server.client.upload_snapshot(snap)
+            server.snapshots.add(snap.sha256)
+        finally:
+            del server.uploads[snap.sha256]
+            done.set()
 
 
 class Sandbox:
@@ -121,14 +151,26 @@ class Sandbox:
         return await self._guard(lambda: self._client.augmentation_labels(self.instance_id))
 
     async def snapshot(self) -> Snapshot:
-        """Store the current state, content-addressed, and return its handle."""
-        return self._snapshots.put(self.env, self.env_digest, await self.state())
+        """Keep the current state on its server and on disk (content-addressed); return its handle.
+
+        The server keeps the state itself (no copy); the state crosses to this host only when the
+        store does not hold it yet."""
+        sha = await self._guard(lambda: self._client.snapshot(self.instance_id))
+        self.server.snapshots.add(sha)
+        known = self._snapshots.known(self.env, self.env_digest, sha)
+        if known is not None:
+            return known
+        payload = await self._guard(lambda: self._client.snapshot_payload(sha))
+        return self._snapshots.put_canonical(self.env, self.env_digest, payload, sha)
 
     async def restore(self, snapshot: Snapshot | str) -> None:
-        """Load a snapshot taken from the same environment (refused otherwise, state untouched)."""
+        """Load a snapshot taken from the same environment (refused otherwise, state untouched).
+
+        A server that keeps the snapshot restores it by hash, without a copy; one that does not
+        gets it once (compressed) and keeps it for the next restores and forks."""
         snap = self._snapshots.get(snapshot) if isinstance(snapshot, str) else snapshot
         snap.check_compatible(self.env, self.env_digest)
-        await self.load_state(snap.state)
+        await self._guard(lambda: restore_on(self.server, self.instance_id, snap))
 
     async def close(self, reason: str = "closed") -> None:
         """End the sandbox and free what it holds; later calls raise `SandboxGone`."""

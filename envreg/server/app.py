@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ class ServerConfig:
     control_port: int = CONTROL_PORT
     max_instances: int = 4096
     max_body: int | None = None  # None: from the environment's limits (`body_limits`)
+    snapshot_budget: int = 32 * 1024 * 1024
     fast_path: bool = True
     preload_sdk: bool = False
     agent_token: str | None = None
@@ -68,7 +70,7 @@ class EnvServer:
     @classmethod
     def build(cls, config: ServerConfig, env: Environment | None = None) -> EnvServer:
         env = env or load_environment(config.env)
-        store = InstanceStore(env, config.max_instances)
+        store = InstanceStore(env, config.max_instances, snapshot_budget=config.snapshot_budget)
         loopback = config.host in LOOPBACK
         agent_body, control_body = body_limits(env, config.max_body)
         agent = AgentPlane(
@@ -93,13 +95,15 @@ async def serve_async(
     common: dict[str, Any] = {
         "host": config.host,
         "log_level": "warning",
+        "log_config": None,  # no dictConfig at start: warnings go to stderr through the last-resort handler
         "access_log": False,
         "timeout_keep_alive": 75,
+        "ws": "none",
+        "proxy_headers": False,
+        "lifespan": "off",  # the one background task (the mcp SDK, on demand) runs in the task group below
     }
-    agent = uvicorn.Server(uvicorn.Config(server.agent, port=config.port, lifespan="on", **common))
-    control = uvicorn.Server(
-        uvicorn.Config(server.control, port=config.control_port, lifespan="off", **common)
-    )
+    agent = uvicorn.Server(uvicorn.Config(server.agent, port=config.port, **common))
+    control = uvicorn.Server(uvicorn.Config(server.control, port=config.control_port, **common))
     servers = (agent, control)
 
     async def run(s: uvicorn.Server) -> None:
@@ -109,17 +113,28 @@ async def serve_async(
             for other in servers:
                 other.should_exit = True
 
+    sdk = anyio.CancelScope()
+
+    async def run_sdk() -> None:
+        with sdk:
+            await server.agent.sdk.run()
+
     async with anyio.create_task_group() as tg:
-        for s in servers:
-            tg.start_soon(run, s)
-        if ready is not None:
-            while not all(s.started for s in servers):
-                await anyio.sleep(0.01)
-            ready.set()
+        tg.start_soon(run_sdk)
+        async with anyio.create_task_group() as planes:
+            for s in servers:
+                planes.start_soon(run, s)
+            if ready is not None:
+                while not all(s.started for s in servers):
+                    await anyio.sleep(0.002)
+                ready.set()
+        sdk.cancel()
 
 
-def serve(config: ServerConfig) -> None:
-    """Run until SIGINT / SIGTERM."""
+def serve(
+    config: ServerConfig, env: Environment | None = None, on_ready: Callable[[], None] | None = None
+) -> None:
+    """Run until SIGINT / SIGTERM; `on_ready` is called once both planes listen."""
     try:
         import uvloop
 
@@ -129,7 +144,16 @@ def serve(config: ServerConfig) -> None:
         backend_options = {}
     if config.host not in LOOPBACK:
         logger.warning("serving on %s: reachable beyond this machine's loopback", config.host)
-    anyio.run(serve_async, config, backend="asyncio", backend_options=backend_options)
+
+    async def main() -> None:
+        ready = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve_async, config, ready, env)
+            await ready.wait()
+            if on_ready is not None:
+                on_ready()
+
+    anyio.run(main, backend="asyncio", backend_options=backend_options)
 
 
 __all__ = ["EnvServer", "ServerConfig", "serve", "serve_async"]

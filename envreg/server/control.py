@@ -1,75 +1,61 @@
-"""The control plane (trainer only, bearer token): instances, state load / dump / reset, manifest, health."""
+"""The control plane (trainer only, bearer token): instances, state load / dump / reset, snapshots
+kept by hash, manifest, health.
+
+A plain ASGI app with a small route table: it imports nothing beyond the environment server's own
+modules, so that a server listens sooner.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.canonical import sha256_hex
 from envreg.env.augment import Augmentation
 from envreg.protocol import DEFAULT_INSTANCE, agent_path
-from envreg.server.http import BodyTooLarge, bearer_matches, bearer_token, read_body, replay, send_json
+from envreg.server.http import BodyTooLarge, bearer_matches, bearer_token, read_body, send_json
 from envreg.server.instances import InstanceLimitReached, InstanceStore
+from envreg.server.snapshots import SHA256, SnapshotRefused
 
 
-class BearerAuth:
-    """Every control route needs ``Authorization: Bearer <token>``; bodies are capped too."""
-
-    def __init__(self, app: ASGIApp, token: str, max_body: int) -> None:
-        self.app = app
-        self.token = token
-        self.max_body = max_body
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if not bearer_matches(scope, self.token):
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
-                }
-            )
-            given = bearer_token(scope)
-            message = "missing or wrong bearer token" if given else "missing bearer token"
-            await send({"type": "http.response.body", "body": json.dumps({"error": message}).encode()})
-            return
-        if scope["method"] in ("POST", "PUT", "PATCH"):
-            try:
-                body = await read_body(scope, receive, self.max_body)
-            except BodyTooLarge:
-                await send_json(
-                    send,
-                    413,
-                    {
-                        "error": f"request body over this server's limit of {self.max_body:,} bytes; nothing was changed"
-                    },
-                )
-                return
-            receive = replay(body, receive)
-        await self.app(scope, receive, send)
+@dataclass
+class Request:
+    method: str
+    params: dict[str, str]
+    headers: dict[bytes, bytes]
+    body: bytes = b""
 
 
-def error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status)
+@dataclass
+class Response:
+    status: int
+    body: bytes
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    @classmethod
+    def json(cls, data: Any, status: int = 200) -> Response:
+        return cls(status, json.dumps(data, separators=(",", ":")).encode())
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def error(status: int, message: str, **extra: Any) -> Response:
+    return Response.json({"error": message, **extra}, status)
 
 
 def state_response(instance: Any, status: int = 200) -> Response:
     canonical = instance.state.canonical()
-    body = '{"sha256":"' + sha256_hex(canonical) + '","state":' + canonical + "}"
-    return Response(body, status_code=status, media_type="application/json")
+    return Response(status, ('{"sha256":"' + sha256_hex(canonical) + '","state":' + canonical + "}").encode())
 
 
-def validation_error(exc: ValidationError) -> JSONResponse:
+def validation_error(exc: ValidationError) -> Response:
     problems = [
         {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"], "type": e["type"]}
         for e in exc.errors(include_url=False)
@@ -78,45 +64,149 @@ def validation_error(exc: ValidationError) -> JSONResponse:
     return error(422, f"invalid state, nothing was changed: {summary}", errors=problems)
 
 
-async def json_body(request: Request) -> tuple[Any, JSONResponse | None]:
-    raw = await request.body()
-    if not raw:
+def json_body(request: Request) -> tuple[Any, Response | None]:
+    if not request.body:
         return None, None
     try:
-        return json.loads(raw), None
+        return json.loads(request.body), None
     except ValueError as exc:
         return None, error(400, f"request body is not valid JSON: {exc}")
 
 
+class Router:
+    """Routes by method and path pattern (``{name}`` matches one path segment)."""
+
+    def __init__(self) -> None:
+        self.routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = []
+
+    def add(self, path: str, method: str, handler: Handler) -> None:
+        pattern = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + "$")
+        for known, methods in self.routes:
+            if known.pattern == pattern.pattern:
+                methods[method] = handler
+                return
+        self.routes.append((pattern, {method: handler}))
+
+    def find(self, method: str, path: str) -> tuple[Handler | None, dict[str, str], list[str]]:
+        for pattern, methods in self.routes:
+            match = pattern.match(path)
+            if match:
+                return methods.get(method), match.groupdict(), sorted(methods)
+        return None, {}, []
+
+
+class ControlPlane:
+    """Every route needs ``Authorization: Bearer <token>``; request bodies are capped at `max_body`."""
+
+    def __init__(self, router: Router, token: str, max_body: int) -> None:
+        self.router = router
+        self.token = token
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if not bearer_matches(scope, self.token):
+            message = "missing or wrong bearer token" if bearer_token(scope) else "missing bearer token"
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                }
+            )
+            await send({"type": "http.response.body", "body": json.dumps({"error": message}).encode()})
+            return
+        handler, params, allowed = self.router.find(scope["method"], scope["path"])
+        if handler is None:
+            if allowed:
+                await send_json(
+                    send, 405, {"error": f"{scope['method']} is not allowed here: {', '.join(allowed)}"}
+                )
+            else:
+                await send_json(send, 404, {"error": f"no control route {scope['path'][:80]!r}"})
+            return
+        request = Request(scope["method"], params, dict(scope["headers"]))
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            try:
+                request.body = await read_body(scope, receive, self.max_body)
+            except BodyTooLarge:
+                await send_json(
+                    send, 413, {"error": f"request body over this server's limit of {self.max_body:,} bytes; nothing was changed"}
+                )
+                return
+        response = await handler(request)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(response.body)).encode()),
+                    *response.headers,
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": response.body})
+
+
 def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[str, Any]) -> ASGIApp:
     env = store.env
+    router = Router()
 
-    def lookup(request: Request) -> Any:
-        return store.get(request.path_params["instance_id"])
+    def route(path: str, method: str) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            router.add(path, method, handler)
+            return handler
 
-    def missing(request: Request) -> JSONResponse:
-        return error(404, f"no instance {request.path_params['instance_id']!r} on this server")
+        return register
 
-    async def healthz(request: Request) -> JSONResponse:
-        return JSONResponse(
+    def instance_of(request: Request) -> Any:
+        return store.get(request.params["instance_id"])
+
+    def missing(request: Request) -> Response:
+        return error(404, f"no instance {request.params['instance_id']!r} on this server")
+
+    def missing_snapshot(sha: str) -> Response:
+        return error(
+            404,
+            f"no snapshot {sha[:12]}... on this server: upload it first (PUT /snapshots/{{sha256}})",
+            missing_snapshot=sha,
+        )
+
+    @route("/healthz", "GET")
+    async def healthz(request: Request) -> Response:
+        return Response.json(
             {"status": "ok", "env": env.name, "version": env.version, "instances": len(store)}
         )
 
-    async def get_manifest(request: Request) -> JSONResponse:
-        return JSONResponse(manifest)
+    @route("/manifest", "GET")
+    async def get_manifest(request: Request) -> Response:
+        return Response.json(manifest)
 
-    async def list_instances(request: Request) -> JSONResponse:
-        return JSONResponse({"instances": [{"id": i, "mcp_path": agent_path(i)} for i in store.ids()]})
+    @route("/instances", "GET")
+    async def list_instances(request: Request) -> Response:
+        return Response.json({"instances": [{"id": i, "mcp_path": agent_path(i)} for i in store.ids()]})
 
+    @route("/instances", "POST")
     async def create_instance(request: Request) -> Response:
-        data, bad = await json_body(request)
+        data, bad = json_body(request)
         if bad:
             return bad
         data = data or {}
-        if not isinstance(data, dict) or not set(data) <= {"state", "id"}:
-            return error(400, 'body must be an object with optional "state" and "id"')
+        if (
+            not isinstance(data, dict)
+            or not set(data) <= {"state", "id", "snapshot"}
+            or ("state" in data and "snapshot" in data)
+        ):
+            return error(400, 'body must be an object with optional "id" and "state" or "snapshot"')
+        state = data.get("state")
+        if "snapshot" in data:
+            state = store.snapshots.get(str(data["snapshot"]))
+            if state is None:
+                return missing_snapshot(str(data["snapshot"]))
         try:
-            instance_id, instance = store.create(data.get("state"), data.get("id"))
+            instance_id, instance = store.create(state, data.get("id"))
         except ValidationError as exc:
             return validation_error(exc)
         except InstanceLimitReached as exc:
@@ -125,27 +215,30 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
             return error(409, str(exc.args[0]))
         except ValueError as exc:
             return error(400, str(exc))
-        return JSONResponse(
+        return Response.json(
             {"id": instance_id, "mcp_path": agent_path(instance_id), "sha256": instance.state.sha256()}, 201
         )
 
+    @route("/instances/{instance_id}", "DELETE")
     async def delete_instance(request: Request) -> Response:
-        instance_id = request.path_params["instance_id"]
+        instance_id = request.params["instance_id"]
         if instance_id == DEFAULT_INSTANCE:
             return error(409, "the default instance cannot be deleted; reset it instead")
         if not store.delete(instance_id):
             return missing(request)
-        return Response(status_code=204)
+        return Response(204, b"")
 
+    @route("/instances/{instance_id}/state", "GET")
     async def get_state(request: Request) -> Response:
-        instance = lookup(request)
+        instance = instance_of(request)
         return state_response(instance) if instance else missing(request)
 
+    @route("/instances/{instance_id}/state", "PUT")
     async def put_state(request: Request) -> Response:
-        instance = lookup(request)
+        instance = instance_of(request)
         if instance is None:
             return missing(request)
-        data, bad = await json_body(request)
+        data, bad = json_body(request)
         if bad:
             return bad
         if not isinstance(data, dict):
@@ -156,17 +249,17 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
             return validation_error(exc)
         return state_response(instance)
 
+    @route("/instances/{instance_id}/reset", "POST")
     async def reset(request: Request) -> Response:
-        instance = lookup(request)
-        if instance is None:
+        if instance_of(request) is None:
             return missing(request)
-        return state_response(store.reset(request.path_params["instance_id"]))
+        return state_response(store.reset(request.params["instance_id"]))
 
+    @route("/instances/{instance_id}/augmentation", "PUT")
     async def put_augmentation(request: Request) -> Response:
-        instance_id = request.path_params["instance_id"]
-        if lookup(request) is None:
+        if instance_of(request) is None:
             return missing(request)
-        data, bad = await json_body(request)
+        data, bad = json_body(request)
         if bad:
             return bad
         try:
@@ -176,31 +269,70 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
                 f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()
             )
             return error(422, f"invalid augmentation, nothing was changed: {problems}")
-        return JSONResponse(store.augment(instance_id, config).describe())
+        return Response.json(store.augment(request.params["instance_id"], config).describe())
 
+    @route("/instances/{instance_id}/augmentation", "GET")
     async def get_augmentation(request: Request) -> Response:
-        if lookup(request) is None:
+        if instance_of(request) is None:
             return missing(request)
-        augmenter = store.augmenter(request.path_params["instance_id"])
-        return JSONResponse(augmenter.describe() if augmenter else {"config": None, "labels": []})
+        augmenter = store.augmenter(request.params["instance_id"])
+        return Response.json(augmenter.describe() if augmenter else {"config": None, "labels": []})
 
+    @route("/instances/{instance_id}/augmentation", "DELETE")
     async def delete_augmentation(request: Request) -> Response:
-        if lookup(request) is None:
+        if instance_of(request) is None:
             return missing(request)
-        store.augment(request.path_params["instance_id"], None)
-        return Response(status_code=204)
+        store.augment(request.params["instance_id"], None)
+        return Response(204, b"")
 
-    routes = [
-        Route("/healthz", healthz),
-        Route("/manifest", get_manifest),
-        Route("/instances", list_instances, methods=["GET"]),
-        Route("/instances", create_instance, methods=["POST"]),
-        Route("/instances/{instance_id}", delete_instance, methods=["DELETE"]),
-        Route("/instances/{instance_id}/state", get_state, methods=["GET"]),
-        Route("/instances/{instance_id}/state", put_state, methods=["PUT"]),
-        Route("/instances/{instance_id}/reset", reset, methods=["POST"]),
-        Route("/instances/{instance_id}/augmentation", get_augmentation, methods=["GET"]),
-        Route("/instances/{instance_id}/augmentation", put_augmentation, methods=["PUT"]),
-        Route("/instances/{instance_id}/augmentation", delete_augmentation, methods=["DELETE"]),
-    ]
-    return BearerAuth(Starlette(routes=routes), token, max_body)
+    @route("/instances/{instance_id}/snapshot", "POST")
+    async def take_snapshot(request: Request) -> Response:
+        instance = instance_of(request)
+        if instance is None:
+            return missing(request)
+        return Response.json({"sha256": store.snapshots.keep(instance.state, env.committed)})
+
+    @route("/instances/{instance_id}/restore", "POST")
+    async def restore(request: Request) -> Response:
+        instance = instance_of(request)
+        if instance is None:
+            return missing(request)
+        data, bad = json_body(request)
+        if bad:
+            return bad
+        if not isinstance(data, dict) or set(data) != {"snapshot"} or not isinstance(data["snapshot"], str):
+            return error(400, 'body must be {"snapshot": "<sha256 of the canonical state>"}')
+        state = store.snapshots.get(data["snapshot"])
+        if state is None:
+            return missing_snapshot(data["snapshot"])
+        instance.load_state(state)
+        return Response.json({"sha256": data["snapshot"]})
+
+    @route("/snapshots/{sha}", "GET")
+    async def get_snapshot(request: Request) -> Response:
+        sha = request.params["sha"]
+        payload = store.snapshots.payload(sha) if SHA256.match(sha) else None
+        if payload is None:
+            return missing_snapshot(sha)
+        return Response(200, payload, [(b"content-encoding", b"gzip")])
+
+    @route("/snapshots/{sha}", "PUT")
+    async def put_snapshot(request: Request) -> Response:
+        sha = request.params["sha"]
+        if not SHA256.match(sha):
+            return error(
+                400, "a snapshot's address is the sha256 of its canonical JSON: 64 lowercase hex digits"
+            )
+        encoding = request.headers.get(b"content-encoding", b"").decode("latin-1").strip().lower() or None
+        try:
+            store.snapshots.receive(sha, request.body, encoding, env.committed, max_body)
+        except ValidationError as exc:
+            return validation_error(exc)
+        except SnapshotRefused as exc:
+            return error(422, f"{exc}; nothing was changed")
+        return Response.json({"sha256": sha}, 201)
+
+    return ControlPlane(router, token, max_body)
+
+
+__all__ = ["ControlPlane", "control_app"]

@@ -10,6 +10,7 @@ from envreg.env import Environment, Instance, ToolResult
 from envreg.env.augment import Augmentation, Augmenter
 from envreg.errors import LimitReached
 from envreg.protocol import DEFAULT_INSTANCE
+from envreg.server.snapshots import DEFAULT_BUDGET, SnapshotCache
 
 _INSTANCE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -19,11 +20,19 @@ class InstanceLimitReached(LimitReached):
 
 
 class InstanceStore:
-    """Instances by id. The id is the only key: isolation never depends on an MCP session."""
+    """Instances by id (the only key: isolation never depends on an MCP session), and the snapshots
+    this server keeps for restores and forks."""
 
-    def __init__(self, env: Environment, max_instances: int = 4096, default: bool = True) -> None:
+    def __init__(
+        self,
+        env: Environment,
+        max_instances: int = 4096,
+        default: bool = True,
+        snapshot_budget: int = DEFAULT_BUDGET,
+    ) -> None:
         self.env = env
         self.max_instances = max_instances
+        self.snapshots = SnapshotCache(snapshot_budget)
         self._instances: dict[str, Instance] = {}
         self._augmenters: dict[str, Augmenter] = {}
         if default:
@@ -41,10 +50,9 @@ class InstanceStore:
     def ids(self) -> list[str]:
         return list(self._instances)
 
-    def create(
-        self, state: dict[str, Any] | None = None, instance_id: str | None = None
-    ) -> tuple[str, Instance]:
-        """Create an instance from `state` (or the seed). Raises `pydantic.ValidationError` on a bad state."""
+    def create(self, state: Any = None, instance_id: str | None = None) -> tuple[str, Instance]:
+        """Create an instance from `state` (a state, a committed state shared as it is, or the seed).
+        Raises `pydantic.ValidationError` on a bad state."""
         if len(self._instances) >= self.max_instances:
             raise InstanceLimitReached(
                 f"this server already holds its maximum of {self.max_instances} instances"

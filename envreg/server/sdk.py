@@ -85,11 +85,15 @@ class LazySDK:
         self._ready = anyio.Event()
         self._asgi: Any = None
         self._error: BaseException | None = None
+        self._started = False
         if preload:
             self._needed.set()
 
     async def run(self) -> None:
-        """Serve until cancelled (run inside the server's lifespan task group)."""
+        """Serve until cancelled (run in the server's task group, or its lifespan's); runs once."""
+        if self._started:
+            return
+        self._started = True
         await self._needed.wait()
         try:
             await anyio.to_thread.run_sync(_import_sdk)

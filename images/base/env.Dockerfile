@@ -25,4 +25,5 @@ ENV ENVREG_ENV=/env \
 USER 65534:65534
 WORKDIR /env
 EXPOSE 8000 8001
-ENTRYPOINT ["envreg", "serve-env", "/env", "--host", "0.0.0.0", "--port", "8000", "--control-port", "8001"]
+# The server's own entry point (`envreg serve-env` without the CLI: it starts in less time)
+ENTRYPOINT ["python3", "-m", "envreg.server", "/env", "--host", "0.0.0.0", "--port", "8000", "--control-port", "8001"]

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from envreg.env import ToolResult
 from envreg.env.augment import Augmentation
+from envreg.runtime.snapshots import Snapshot
 
 
 class ServerClient(Protocol):
@@ -36,6 +37,23 @@ class ServerClient(Protocol):
     async def delete_instance(self, instance_id: str) -> None: ...
     async def augment(self, instance_id: str, config: Augmentation | None) -> None: ...
     async def augmentation_labels(self, instance_id: str) -> list[dict[str, Any]]: ...
+
+    # snapshots: the server keeps committed states by hash; a state crosses to a server once
+    async def snapshot(self, instance_id: str) -> str:
+        """Keep the instance's state on its server; returns the sha256 of its canonical JSON."""
+        ...
+
+    async def snapshot_payload(self, sha256: str) -> bytes:
+        """The canonical JSON of a snapshot the server keeps (`SnapshotNotFound` when it does not)."""
+        ...
+
+    async def restore(self, instance_id: str, sha256: str) -> bool:
+        """Load a kept snapshot into the instance (no copy); False when the server does not have it."""
+        ...
+
+    async def upload_snapshot(self, snapshot: Snapshot) -> None:
+        """Send a snapshot's state to the server (`InvalidState` when the environment refuses it)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -76,6 +94,10 @@ class Server:
     handle: Any = None
     """Backend-private (a Docker container, an `InstanceStore`, an actor handle)."""
     instances: set[str] = field(default_factory=set)
+    snapshots: set[str] = field(default_factory=set)
+    """sha256 of the snapshots this runtime knows the server keeps (sent there, or taken there)."""
+    uploads: dict[str, Any] = field(default_factory=dict)
+    """Snapshot uploads in flight, so that a fork sends each state once."""
 
     def upstream(self, path: str) -> Upstream | None:
         if self.agent_address is None:

@@ -14,9 +14,11 @@ from pydantic import ValidationError
 
 from envreg.env import Environment, ToolResult, load_environment
 from envreg.env.augment import Augmentation
-from envreg.errors import InvalidState, SandboxGone
+from envreg.errors import InvalidState, SandboxGone, SnapshotNotFound
 from envreg.runtime.backends.base import Backend, EnvSpec, Server
+from envreg.runtime.snapshots import Snapshot
 from envreg.server.instances import InstanceStore
+from envreg.server.snapshots import SnapshotRefused
 
 
 @cache
@@ -79,6 +81,32 @@ class InProcessClient:
 
     async def delete_instance(self, instance_id: str) -> None:
         self.store.delete(instance_id)
+
+    async def snapshot(self, instance_id: str) -> str:
+        return self.store.snapshots.keep(self._instance(instance_id).state, self.store.env.committed)
+
+    async def snapshot_payload(self, sha256: str) -> bytes:
+        state = self.store.snapshots.get(sha256)
+        if state is None:
+            raise SnapshotNotFound(f"this server does not keep snapshot {sha256[:12]}...")
+        return state.canonical().encode()
+
+    async def restore(self, instance_id: str, sha256: str) -> bool:
+        instance = self._instance(instance_id)
+        state = self.store.snapshots.get(sha256)
+        if state is None:
+            return False
+        instance.load_state(state)
+        return True
+
+    async def upload_snapshot(self, snapshot: Snapshot) -> None:
+        env = self.store.env
+        try:
+            self.store.snapshots.receive(snapshot.sha256, snapshot.canonical, None, env.committed, 1 << 40)
+        except ValidationError as exc:
+            raise invalid_state(exc) from None
+        except SnapshotRefused as exc:
+            raise InvalidState(str(exc)) from None
 
     async def augment(self, instance_id: str, config: Augmentation | None) -> None:
         self._instance(instance_id)

@@ -1,0 +1,114 @@
+"""Gateway overhead per tool call: the fast lane vs the ASGI gateway vs straight to the server, in one run.
+
+One environment server (`envreg serve-env`, the counter of tests/fixtures/counter, agent-plane token
+on, as in a sandbox container) and two gateways in this process's event loop, routing the same
+sandbox id: the ASGI gateway alone (the path every call took before the lane) and the gateway with
+its fast lane. A separate client process makes sequential keep-alive `tools/call` requests on raw
+sockets; rounds alternate direct / ASGI / lane so that load on the machine hits all three alike.
+No Docker needed (bench_runtime.py measures the same through real sandboxes).
+
+    .venv/bin/python bench/bench_gateway.py [--calls 2000] [--rounds 5] [--no-uvloop]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+@dataclass
+class Route:
+    """What the gateway needs to route one sandbox id: its token and where its server is."""
+
+    id: str
+    token: str
+    upstream: object
+    ended: str | None = None
+
+
+async def serve(app: object, http: object | None = None) -> tuple[object, int]:
+    import uvicorn
+
+    from envreg.runtime.gateway import QuietServer
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning", access_log=False,
+                            **({"http": http} if http else {}))  # fmt: skip
+    server = QuietServer(config)
+    asyncio.get_running_loop().create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    return server, server.servers[0].sockets[0].getsockname()[1]
+
+
+async def main(args: argparse.Namespace) -> None:
+    import httpx2
+    from bench_runtime import pct, run_client
+    from servers import EnvServerProcess
+
+    from envreg.runtime.backends.base import Upstream
+    from envreg.runtime.fastlane import Lane
+    from envreg.runtime.gateway import Gateway
+
+    agent_token = secrets.token_urlsafe(16)
+    server = EnvServerProcess(str(ROOT / "tests/fixtures/counter"), extra=["--agent-token", agent_token])
+    server.start()
+    try:
+        route = Route("sb_" + secrets.token_hex(8), secrets.token_urlsafe(24),
+                      Upstream("127.0.0.1", server.port, "/mcp", agent_token, "bench"))  # fmt: skip
+        lookup = {route.id: route}.get
+        async with httpx2.AsyncClient() as http:
+            asgi = Gateway(lookup, http)
+            lane = Lane(lookup)
+            laned = Gateway(lookup, http)
+            _, asgi_port = await serve(asgi)
+            _, lane_port = await serve(laned, lane.protocol())
+            paths = {
+                "direct": (server.port, "/mcp", agent_token),
+                "gateway, ASGI only (before)": (asgi_port, f"/sandboxes/{route.id}/mcp", route.token),
+                "gateway, fast lane (now)": (lane_port, f"/sandboxes/{route.id}/mcp", route.token),
+            }
+            results: dict[str, list[float]] = {name: [] for name in paths}
+            for r in range(args.rounds):
+                for name, (port, path, token) in paths.items():
+                    out = await run_client("127.0.0.1", port, path, token, "get", {}, args.calls)
+                    assert out["errors"] == 0, out
+                    results[name] += out["lat"]
+                print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+            assert lane.calls >= args.rounds * args.calls, "the lane did not take the calls"
+    finally:
+        server.stop()
+    direct = statistics.median(results["direct"])
+    print(f"\nsequential tools/call (counter `get`), {args.rounds} x {args.calls} calls per path, "
+          f"1 keep-alive connection, client in its own process; loop: {'uvloop' if args.uvloop else 'asyncio'}")  # fmt: skip
+    print(f"{'path':<30} {'p50 ms':>8} {'p99 ms':>8} {'adds p50 ms':>12}")
+    for name, lat in results.items():
+        p50 = statistics.median(lat)
+        adds = "" if name == "direct" else f"{(p50 - direct) * 1e3:+.3f}"
+        print(f"{name:<30} {p50 * 1e3:>8.3f} {pct(lat, 0.99) * 1e3:>8.3f} {adds:>12}")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{os.cpu_count()} CPUs, load average {load}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-uvloop", action="store_true")
+    args = parser.parse_args()
+    args.uvloop = not args.no_uvloop
+    if args.uvloop:
+        import uvloop
+
+        uvloop.run(main(args))
+    else:
+        asyncio.run(main(args))

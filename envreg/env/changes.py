@@ -1,0 +1,194 @@
+"""Validate what a call changed, not the whole state.
+
+After a writing call commits (`envreg.env.cow`), the new tree shares every unchanged node with the
+old one, which was valid. What is new is validated with the state model's own schema:
+
+- every new model below the root (a changed entity, or one on the path to a change) is validated
+  whole, from its dump: its fields, its field validators and its model validators;
+- a changed root field is validated with that field's schema (its field validators included), the
+  root's own model validators aside;
+- a root-level collection (a plain ``dict``/``list``/``set`` field) is validated entry by entry: only
+  the entries the call added or replaced, with the item schema.
+
+Values a validator normalizes are stored normalized, as a full revalidation would store them. The
+state model's own model validators (whole-state invariants, which read every entity) run when a
+state enters (load, create, reset, a restore of an uploaded snapshot), and after every call when
+the environment asks for ``check_state="full"``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import SchemaValidator
+
+from envreg.env.cow import Commit, TDict, TList, TSet, freeze
+
+_CONTAINERS = {"dict": "values_schema", "list": "items_schema", "set": "items_schema"}
+_TRACKED = (TDict, TList, TSet)
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    return _any_adapter().dump_python(value)
+
+
+@cache
+def _any_adapter() -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(Any)
+
+
+class _ModelSchema:
+    """The parts of one model class's core schema that validation of changes needs."""
+
+    def __init__(self, cls: type[BaseModel]) -> None:
+        schema = cls.__pydantic_core_schema__
+        self.definitions: list[dict] = []
+        if schema["type"] == "definitions":
+            self.definitions = schema["definitions"]
+            schema = schema["schema"]
+        self.refs = {d["ref"]: d for d in self.definitions if "ref" in d}
+        model = self._resolve(schema)
+        while model["type"] != "model":
+            model = self._resolve(model["schema"])
+        self.model = model
+        self.config = model.get("config")
+        self.fields: dict[str, dict] = model["schema"]["fields"]
+        # The model without its model validators. pydantic-core would reuse the class's own validator
+        # (with them) for a schema naming the class; a stand-in class only validates assignments.
+        stand_in = type(cls.__name__, (), {})
+        bare = {k: v for k, v in model.items() if k not in ("ref", "metadata")} | {"cls": stand_in}
+        self.root = SchemaValidator(self._wrap(bare), self.config)
+
+    def _resolve(self, schema: dict) -> dict:
+        while schema["type"] == "definition-ref":
+            schema = self.refs[schema["schema_ref"]]
+        return schema
+
+    def _wrap(self, schema: dict) -> dict:
+        if not self.definitions:
+            return schema
+        return {"type": "definitions", "schema": schema, "definitions": self.definitions}
+
+    @cache  # noqa: B019 - one per model class, kept for the process
+    def items(self, field: str, depth: int) -> tuple[SchemaValidator | None, SchemaValidator | None] | None:
+        """(key validator, item validator) for entries `depth` levels down a plain collection field,
+        or None when that field must be validated whole (validators, length limits, no plain collection)."""
+        schema = self._resolve(self.fields[field]["schema"])
+        for _ in range(depth + 1):
+            while schema["type"] in ("default", "nullable"):
+                schema = self._resolve(schema["schema"])
+            key = _CONTAINERS.get(schema["type"])
+            if key is None or any(k in schema for k in ("min_length", "max_length", "strict")):
+                return None
+            keys = schema.get("keys_schema")
+            items_schema = self._resolve(schema.get(key, {"type": "any"}))
+            schema = items_schema
+        keys_validator = SchemaValidator(self._wrap(keys), self.config) if keys is not None else None
+        return keys_validator, SchemaValidator(self._wrap(items_schema), self.config)
+
+
+@cache
+def _schema(cls: type[BaseModel]) -> _ModelSchema:
+    return _ModelSchema(cls)
+
+
+def check_changes(commit: Commit) -> None:
+    """Validate the new nodes of `commit`; raises `pydantic.ValidationError` (and leaves the new tree
+    unpublished) at the first problem. Normalized values replace what the call stored."""
+    root = commit.root
+    new_ids = {id(new) for _, new in commit.nodes()}
+    root_fields: set[str] = set()
+    entities: list[BaseModel] = []
+    for old, new in commit.nodes():
+        if new is root:
+            root_fields.update(commit.changed.get(id(old), ()))
+        elif isinstance(new, BaseModel):
+            entities.append(new)
+        else:
+            anchor = _anchor(commit, new)
+            if anchor is not None and anchor[0] is root:
+                _check_entries(commit, old, new, anchor[1], anchor[2], root_fields, new_ids)
+    schema = _schema(type(root))
+    for field in sorted(root_fields):
+        value = root.__dict__[field]
+        if id(value) in new_ids and isinstance(value, _TRACKED) and schema.items(field, 0) is not None:
+            continue  # a plain collection: checked entry by entry above
+        before, fields_set = root.__dict__.copy(), root.__pydantic_fields_set__
+        schema.root.validate_assignment(root, field, _dump(value))
+        validated = root.__dict__[field]
+        object.__setattr__(root, "__dict__", before)
+        object.__setattr__(root, "__pydantic_fields_set__", fields_set)
+        if validated != value:
+            root.__dict__[field] = freeze(validated)
+    for entity in entities:
+        _check_entity(entity)
+
+
+def _anchor(commit: Commit, node: Any) -> tuple[BaseModel, str, int] | None:
+    """(the model a new container belongs to, its field, how many collections down), via new parents."""
+    depth = 0
+    while True:
+        where = commit.parents.get(id(node))
+        if where is None:
+            return None
+        parent, key = where
+        if isinstance(parent, BaseModel):
+            return parent, key, depth
+        node, depth = parent, depth + 1
+
+
+def _check_entries(
+    commit: Commit, old: Any, new: Any, field: str, depth: int, root_fields: set[str], new_ids: set[int]
+) -> None:
+    plan = _schema(type(commit.root)).items(field, depth)
+    if plan is None:
+        root_fields.add(field)  # validated whole
+        return
+    keys_validator, items_validator = plan
+    changed = commit.changed.get(id(old), ())
+    if type(new) is TSet:
+        items = [v for v in set.__iter__(new) if v not in old]
+        for value in items:
+            validated = items_validator.validate_python(_dump(value))
+            if validated != value:
+                set.discard(new, value)
+                set.add(new, freeze(validated))
+        return
+    for key in changed:
+        if type(new) is TDict:
+            value = dict.get(new, key, _MISSING)
+            if value is _MISSING:
+                continue
+            if keys_validator is not None and key not in old:
+                keys_validator.validate_python(key)
+        else:
+            if key >= len(new):
+                continue
+            value = list.__getitem__(new, key)
+        if id(value) in new_ids:
+            continue  # a new node itself: checked as its own unit
+        validated = items_validator.validate_python(_dump(value))
+        if _dump(validated) != _dump(value):
+            frozen = freeze(validated)
+            if type(new) is TDict:
+                dict.__setitem__(new, key, frozen)
+            else:
+                list.__setitem__(new, key, frozen)
+
+
+_MISSING: Any = object()
+
+
+def _check_entity(entity: BaseModel) -> None:
+    """Validate one new model whole, from its dump; store what validation normalized."""
+    dumped = entity.model_dump()
+    validated = type(entity).model_validate(dumped)
+    if validated.model_dump() != dumped:
+        fresh = freeze(validated)
+        object.__setattr__(entity, "__dict__", fresh.__dict__)

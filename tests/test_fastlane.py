@@ -1,0 +1,303 @@
+"""The gateway's fast lane: plain tool calls relayed in protocol callbacks, everything else through ASGI.
+
+A real environment server (`envreg serve-env`, agent-plane token on, as in a sandbox container), the
+gateway served by uvicorn in the test's loop, and real clients (the `mcp` SDK in both eras, raw sockets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import socket
+from dataclasses import dataclass
+
+import anyio
+import httptools
+import httpx2
+import pytest
+from conftest import COUNTER
+from mcp_helpers import ERAS, caller, mcp_client
+from servers import EnvServerProcess, modern_request
+
+from envreg.env import load_scenarios
+from envreg.env.loader import load_environment
+from envreg.env.scenario import run_steps
+from envreg.runtime.backends.base import Upstream
+from envreg.runtime.fastlane import Lane
+from envreg.runtime.gateway import Gateway, QuietServer
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Route:
+    """The routing record the gateway looks sandboxes up by (id, token, where its server is)."""
+
+    id: str
+    token: str
+    upstream: Upstream | None
+    ended: str | None = None
+
+
+@pytest.fixture(scope="module")
+def servers():
+    token = secrets.token_urlsafe(12)
+    started = {
+        name: EnvServerProcess(name, extra=["--agent-token", token]).start() for name in (COUNTER, "calendar")
+    }
+    yield token, started
+    for server in started.values():
+        server.stop()
+
+
+class LanedGateway:
+    def __init__(self, routes: dict[str, Route], timeout: float = 30.0, max_body: int = 1 << 20) -> None:
+        self.routes = routes
+        self.lane = Lane(routes.get, max_body=max_body, timeout=timeout)
+        self.http = httpx2.AsyncClient()
+        self.gateway = Gateway(routes.get, self.http, max_body=max_body)
+        self.server: QuietServer | None = None
+        self.port = 0
+
+    async def __aenter__(self) -> LanedGateway:
+        import uvicorn
+
+        config = uvicorn.Config(
+            self.gateway,
+            host="127.0.0.1",
+            port=0,
+            lifespan="off",
+            log_level="warning",
+            http=self.lane.protocol(),
+        )
+        self.server = QuietServer(config)
+        self._task = asyncio.get_running_loop().create_task(self.server.serve())
+        while not self.server.started:
+            await anyio.sleep(0.01)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        await self._task
+        self.lane.close()
+        await self.http.aclose()
+
+    def url(self, route: Route) -> str:
+        return f"http://127.0.0.1:{self.port}/sandboxes/{route.id}/mcp"
+
+
+def route_to(server: EnvServerProcess, token: str, path: str = "/mcp") -> Route:
+    upstream = Upstream("127.0.0.1", server.port, path, token, f"srv-{server.port}")
+    return Route("sb_" + secrets.token_hex(8), secrets.token_urlsafe(16), upstream)
+
+
+def raw_call(route: Route, port: int, tool: str = "get", extra: bytes = b"", rid: int = 1) -> bytes:
+    body, headers = modern_request("tools/call", {"name": tool, "arguments": {}}, rid=rid)
+    data = json.dumps(body).encode()
+    head = f"POST /sandboxes/{route.id}/mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    head += f"authorization: Bearer {route.token}\r\ncontent-length: {len(data)}\r\n"
+    return head.encode() + extra + b"\r\n" + data
+
+
+class _Answers:
+    """httptools callbacks collecting complete answers (any framing) from a raw connection."""
+
+    def __init__(self) -> None:
+        self.done: list[tuple[int, bytes]] = []
+        self.parser = httptools.HttpResponseParser(self)
+        self._body = b""
+
+    def on_message_begin(self) -> None:
+        self._body = b""
+
+    def on_body(self, body: bytes) -> None:
+        self._body += body
+
+    def on_message_complete(self) -> None:
+        self.done.append((self.parser.get_status_code(), self._body))
+
+
+async def read_answers(stream: anyio.abc.ByteStream, n: int) -> list[tuple[int, bytes]]:
+    """`n` HTTP/1.1 answers from a raw connection."""
+    answers = _Answers()
+    while len(answers.done) < n:
+        answers.parser.feed_data(await stream.receive())
+    return answers.done
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_mcp_client_plays_a_scenario_through_the_lane(servers, era) -> None:
+    token, started = servers
+    env = load_environment("calendar")
+    scenario = load_scenarios(env.folder)[0][0]
+    route = route_to(started["calendar"], token)
+    created = httpx2.post(
+        f"{started['calendar'].control_url}/instances",
+        json={"state": scenario.initial_state} if scenario.initial_state else {},
+        headers=started["calendar"].auth,
+    ).json()
+    route.upstream = Upstream("127.0.0.1", started["calendar"].port, created["mcp_path"], token, "srv")
+    async with LanedGateway({route.id: route}) as gw:
+        async with mcp_client(gw.url(route), era, token=route.token) as client:
+            assert await run_steps(scenario, caller(client)) == []
+        # the modern era is all plain POSTs: every one of them took the lane; the session era's
+        # event stream (GET) and session end (DELETE) went through ASGI
+        assert gw.lane.calls >= len(scenario.steps)
+
+
+async def test_answers_are_the_servers_own(servers) -> None:
+    token, started = servers
+    route = route_to(started[COUNTER], token)
+    async with LanedGateway({route.id: route}) as gw:
+        body, headers = modern_request("tools/list")
+        async with httpx2.AsyncClient() as http:  # an async client: the gateway runs in this loop
+            via = await http.post(
+                gw.url(route), json=body, headers={**headers, "authorization": f"Bearer {route.token}"}
+            )
+            direct = await http.post(
+                f"{started[COUNTER].url}/mcp",
+                json=body,
+                headers={**headers, "authorization": f"Bearer {token}"},
+            )
+        assert via.status_code == direct.status_code == 200
+        assert via.json() == direct.json()
+        assert via.headers["content-type"] == direct.headers["content-type"]
+        assert gw.lane.calls == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "status"),
+    [
+        ({"authorization": "Bearer wrong"}, {401}),
+        ({"authorization": None}, {401}),
+        ({"origin": "http://127.0.0.1:9"}, {200, 403}),  # whatever the gateway's Origin rule says
+        ({"host": "example.test"}, {200, 421}),  # whatever the gateway's Host rule says
+        ({"transfer-encoding": "chunked"}, {200}),
+    ],
+)
+async def test_what_the_lane_does_not_take_goes_through_asgi(servers, change, status) -> None:
+    token, started = servers
+    route = route_to(started[COUNTER], token)
+    async with LanedGateway({route.id: route}) as gw:
+        body, headers = modern_request("tools/call", {"name": "get", "arguments": {}})
+        headers = {**headers, "authorization": f"Bearer {route.token}", **change}
+        headers = {k: v for k, v in headers.items() if v is not None}
+        data = json.dumps(body).encode()
+        content = (b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data)) if "transfer-encoding" in change else data
+        async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
+            head = f"POST /sandboxes/{route.id}/mcp HTTP/1.1\r\n"
+            head += "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k != "host")
+            head += f"host: {headers.get('host', f'127.0.0.1:{gw.port}')}\r\n"
+            if "transfer-encoding" not in change:
+                head += f"content-length: {len(data)}\r\n"
+            await stream.send(head.encode() + b"\r\n" + content)
+            buffer = b""
+            while b"\r\n\r\n" not in buffer:
+                buffer += await stream.receive()
+        assert int(buffer.split(b" ")[1]) in status, buffer
+        assert gw.lane.calls == 0
+
+
+async def test_an_unknown_or_ended_sandbox_is_answered_by_the_gateway(servers) -> None:
+    token, started = servers
+    route = route_to(started[COUNTER], token)
+    ended = route_to(started[COUNTER], token)
+    ended.ended = "its lease expired"
+    async with LanedGateway({route.id: route, ended.id: ended}) as gw:
+        unknown = Route("sb_" + "0" * 16, route.token, None)
+        for target in (unknown, ended):
+            async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
+                await stream.send(raw_call(target, gw.port))
+                [(status, body)] = await read_answers(stream, 1)
+            assert status == 404
+        assert b"lease expired" in body and gw.lane.calls == 0
+
+
+async def test_pipelined_calls_are_answered_in_order_then_asgi_takes_over(servers) -> None:
+    token, started = servers
+    route = route_to(started[COUNTER], token)
+    async with LanedGateway({route.id: route}) as gw:
+        async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
+            bad = raw_call(route, gw.port, rid=3).replace(route.token.encode(), b"nope")
+            await stream.send(raw_call(route, gw.port, rid=1) + raw_call(route, gw.port, rid=2) + bad)
+            answers = await read_answers(stream, 3)
+            await stream.send(raw_call(route, gw.port, rid=4))  # after leaving the lane: ASGI, still right
+            answers += await read_answers(stream, 1)
+        assert [s for s, _ in answers] == [200, 200, 401, 200]
+        assert [json.loads(b)["id"] for s, b in answers if s == 200] == [1, 2, 4]
+        assert gw.lane.calls == 2
+
+
+async def test_a_large_body_leaves_the_lane_and_gets_413(servers) -> None:
+    token, started = servers
+    route = route_to(started[COUNTER], token)
+    async with LanedGateway({route.id: route}, max_body=1024) as gw:
+        big = raw_call(route, gw.port).replace(
+            b'"arguments": {}', b'"arguments": {"pad": "' + b"x" * 4000 + b'"}'
+        )
+        big = big.replace(b"content-length: ", b"content-length: 9999999\r\nx-old-length: ", 1)
+        async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
+            await stream.send(big.split(b"\r\n\r\n")[0] + b"\r\n\r\n")
+            [(status, _)] = await read_answers(stream, 1)
+        assert status == 413 and gw.lane.calls == 0
+
+
+async def test_a_server_that_does_not_answer_gets_a_504_naming_the_wait() -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        route = Route(
+            "sb_" + secrets.token_hex(8),
+            "tok",
+            Upstream("127.0.0.1", silent.getsockname()[1], "/mcp", None, "x"),
+        )
+        async with LanedGateway({route.id: route}, timeout=0.3) as gw:
+            async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
+                await stream.send(raw_call(route, gw.port))
+                [(status, body)] = await read_answers(stream, 1)
+        assert status == 504 and "no answer in 0.3 s" in json.loads(body)["error"]
+
+
+async def test_a_server_that_is_gone_gets_a_502() -> None:
+    with socket.socket() as gone:
+        gone.bind(("127.0.0.1", 0))
+        port = gone.getsockname()[1]
+    route = Route("sb_" + secrets.token_hex(8), "tok", Upstream("127.0.0.1", port, "/mcp", None, "x"))
+    async with LanedGateway({route.id: route}) as gw:
+        async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
+            await stream.send(raw_call(route, gw.port))
+            [(status, body)] = await read_answers(stream, 1)
+    assert status == 502 and "did not answer" in json.loads(body)["error"]
+
+
+async def test_a_dropped_pooled_connection_is_retried_on_a_new_one(servers) -> None:
+    token, started = servers
+    route = route_to(started[COUNTER], token)
+    async with LanedGateway({route.id: route}) as gw:
+        async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
+            await stream.send(raw_call(route, gw.port, rid=1))
+            await read_answers(stream, 1)
+            for conns in gw.lane.idle.values():  # the server side closes the pooled connection
+                for conn in conns:
+                    conn.transport.get_extra_info("socket").shutdown(socket.SHUT_RD)
+            await stream.send(raw_call(route, gw.port, rid=2))
+            [(status, body)] = await read_answers(stream, 1)
+        assert status == 200 and json.loads(body)["id"] == 2
+
+
+async def test_a_client_that_leaves_mid_call_leaves_nothing_behind(servers) -> None:
+    token, started = servers
+    route = route_to(started[COUNTER], token)
+    async with LanedGateway({route.id: route}) as gw:
+        for _ in range(20):
+            async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
+                await stream.send(raw_call(route, gw.port))
+        await anyio.sleep(0.2)
+        async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
+            await stream.send(raw_call(route, gw.port))
+            [(status, _)] = await read_answers(stream, 1)
+        assert status == 200
+        assert sum(len(c) for c in gw.lane.idle.values()) <= 2
