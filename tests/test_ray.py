@@ -12,7 +12,10 @@ import os
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray then resolves this node to 127.0.0.1
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+import json
+import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -34,7 +37,9 @@ from envreg.env.scenario import CallOutcome, run_steps
 from envreg.errors import LimitReached
 from envreg.protocol import RUNTIME_LABEL
 from envreg.runtime import Runtime, SandboxGone
+from envreg.runtime.backends.docker_keeper import Liveness
 from envreg.runtime.backends.ray import NODE_RESOURCE, RayBackend
+from envreg.runtime.backends.ray_node import sweep_runtimes
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -182,6 +187,42 @@ async def test_snapshot_restore_and_fork_across_nodes(cluster) -> None:
 
         shared = await rt.fork(snap, 3, isolation="instance")
         assert [await s.state_sha256() for s in shared] == [at_snapshot] * 3
+
+
+DRIVER = """
+import asyncio, json, sys
+from envreg.runtime import Runtime
+
+async def main():
+    async with Runtime(backend="ray", address=sys.argv[1]) as rt:
+        for _ in range(6):
+            await rt.sandbox("calendar", isolation="container")
+        print(json.dumps([n.runtime_id for n in rt.backend.nodes.values()]), flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_driver_leaves_every_node_to_its_keeper_and_gc(cluster) -> None:
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, cluster.address], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = await anyio.to_thread.run_sync(driver.stdout.readline)
+        runtime_ids = json.loads(line)
+        assert len(runtime_ids) == 3
+        assert set(runtime_ids) <= Liveness.read(docker.from_env()).alive, "every node's keeper runs"
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    with anyio.fail_after(60):  # Ray ends the driver's agents; each node's keeper exits with its agent
+        while set(runtime_ids) & (liveness := Liveness.read(docker.from_env())).alive:
+            await anyio.sleep(0.5)
+    assert set(runtime_ids) <= set(liveness.gone_since), "`envreg gc` collects them once the grace has passed"
+    assert leftovers(runtime_ids), "nothing was removed by anyone but gc"
+    sweep_runtimes(runtime_ids)
+    assert leftovers(runtime_ids) == []
 
 
 async def test_losing_a_node_mid_episode_ends_its_sandboxes_and_nothing_else(cluster) -> None:

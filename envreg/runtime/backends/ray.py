@@ -13,8 +13,8 @@ one). When every node is full, `LimitReached`.
 Node loss: an agent that dies (`ActorDiedError`) or stops answering for `lost_after` seconds marks its
 node lost: every server on it is reported dead at once, each sandbox ending with `SandboxGone` naming
 the node, and new servers go elsewhere. What the lost node left is collected by its engine's keeper
-mechanism (`envreg gc` there, or `collect_garbage()` here once it is back); on close, the remaining
-agents also sweep what the lost agents left on engines they share.
+mechanism (`envreg gc` on that node once it is back); on close, the remaining agents also sweep what
+the lost agents left on engines they share.
 """
 
 from __future__ import annotations
@@ -414,21 +414,6 @@ class RayBackend(Backend):
                 if node.lost is None:
                     return f"unknown ({exc.message})"
         return f"gone with Ray node {node.label}, which was lost: {node.lost}"
-
-    # garbage collection -------------------------------------------------------------------------
-    async def collect_garbage(self, grace: float = 30.0) -> dict[str, tuple[list[str], list[str]]]:
-        """`envreg gc` on every node's engine: (containers, networks) removed, per node label."""
-        await self._ready()
-        removed: dict[str, tuple[list[str], list[str]]] = {}
-
-        async def one(node: Node) -> None:
-            containers, networks = await self._call(node, "collect_garbage", grace)
-            removed[node.label] = (containers, networks)
-
-        async with anyio.create_task_group() as tg:
-            for node in self._alive():
-                tg.start_soon(one, node)
-        return removed
 
     # shutdown ---------------------------------------------------------------------------------
     async def close(self) -> None:

@@ -157,24 +157,9 @@ class NodeAgent:
             self._death.set()
 
     @replies
-    async def collect_garbage(self, grace: float) -> tuple[list[str], list[str]]:
-        """`envreg gc` on this node's engine: what runtimes that ended left behind."""
-        from envreg.docker_engine import docker_client
-        from envreg.runtime.backends.docker_keeper import collect_garbage
-
-        def run() -> tuple[list[str], list[str]]:
-            client = docker_client()
-            try:
-                return collect_garbage(client, grace=grace)
-            finally:
-                client.close()
-
-        return await anyio.to_thread.run_sync(run)
-
-    @replies
     async def sweep(self, runtime_ids: list[str]) -> list[str]:
         """Remove what the given runtimes left on this engine, once their keepers have exited."""
-        return await anyio.to_thread.run_sync(_sweep, runtime_ids)
+        return await anyio.to_thread.run_sync(sweep_runtimes, runtime_ids)
 
     async def close(self) -> None:
         """Remove every container, the keeper and the network; stop the proxy."""
@@ -196,8 +181,9 @@ class NodeAgent:
         return self.backend
 
 
-def _sweep(runtime_ids: list[str]) -> list[str]:
-    """Remove the containers and networks of `runtime_ids` whose keeper no longer runs (never a live one's)."""
+def sweep_runtimes(runtime_ids: list[str]) -> list[str]:
+    """On this machine's engine: remove the containers and networks of `runtime_ids` whose keeper no longer
+    runs (never a live runtime's). `envreg gc` does the same for every ended runtime, after a grace period."""
     import docker.errors
 
     from envreg.docker_engine import docker_client
