@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import secrets
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from typing import Any
 import anyio
 import httpx2
 
-from envreg.errors import EngineError, EnvregError, LimitReached
+from envreg.errors import BadRequest, EngineError, EnvregError, LimitReached
 from envreg.runtime.backends.base import Backend, EnvSpec, Server, Upstream
 from envreg.runtime.backends.docker import Limits, check_reference
 from envreg.runtime.backends.ray_node import NodeAgent, decode_error
@@ -42,6 +44,7 @@ logger = logging.getLogger("envreg.runtime")
 NODE_RESOURCE = "envreg_servers"
 """A node's Ray resource that says how many environment servers it may host (`ray start --resources`)."""
 SETUP_TIMEOUT = 120.0
+CONNECT_TIMEOUT = 5.0
 CLOSE_TIMEOUT = 60.0
 PROBE_INTERVAL = 0.5
 
@@ -110,6 +113,11 @@ class RayBackend(Backend):
         joined, or starts a local Ray. `capacity` overrides every node's server capacity. `lost_after`:
         seconds an agent may fail to answer before its node is declared lost. `init_options` go to
         ``ray.init``."""
+        if importlib.util.find_spec("ray") is None:
+            raise BadRequest(
+                "the Ray backend needs Ray, which is not installed",
+                "install the extra: pip install 'envreg[ray]'",
+            )
         self.runtime_id = runtime_id
         self.http = http
         self.address = address
@@ -153,6 +161,7 @@ class RayBackend(Backend):
         if ray.is_initialized():
             return
         options = {"log_to_driver": False, "logging_level": logging.WARNING, **self.init_options}
+        self._check_reachable()
         try:
             ray.init(address=self.address, **options)
         except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -161,6 +170,19 @@ class RayBackend(Backend):
                 "start one (`ray start --head`) or pass its address: Runtime(backend='ray', address='HOST:6379')",
             ) from None
         self._owns_ray = True
+
+    def _check_reachable(self) -> None:
+        """Refuse a ``HOST:PORT`` address nothing answers at, at once (``ray.init`` would retry for minutes)."""
+        host, sep, port = (self.address or "").rpartition(":")
+        if not sep or not port.isdigit() or "://" in self.address:
+            return
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
+        except OSError as exc:
+            raise EngineError(
+                f"no Ray cluster answers at {self.address}: {exc}",
+                "check the head's address and port (`ray status` on the head prints it)",
+            ) from None
 
     def _hosting_nodes(self) -> list[Node]:
         """The alive nodes that host servers: those with an `envreg_servers` resource, else every one."""

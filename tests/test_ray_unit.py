@@ -1,7 +1,8 @@
-"""The Ray backend's node proxy and error transport, against a real environment server on loopback.
+"""The Ray backend's parts that need no cluster: the node proxy, error transport, and clear refusals.
 
-No Ray and no Docker here: the proxy is what the runtime and its gateway talk to on every Ray node, so it
-is checked on its own with the runtime's own client and the `mcp` SDK's client in both protocol eras.
+No Docker here. The proxy is what the runtime and its gateway talk to on every Ray node, so it is checked
+on its own, against a real environment server on loopback, with the runtime's own client and the `mcp`
+SDK's client in both protocol eras.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mcp_helpers import ERAS, mcp_client
 from servers import free_port
 
 from envreg.errors import (
+    BadRequest,
     EngineError,
     ImageNotFound,
     InvalidState,
@@ -25,6 +27,7 @@ from envreg.errors import (
     UnknownToolError,
     UpstreamError,
 )
+from envreg.runtime import Runtime
 from envreg.runtime.backends.base import EnvSpec, Server
 from envreg.runtime.backends.ray_node import decode_error, encode_error
 from envreg.runtime.backends.ray_proxy import NodeProxy, server_path
@@ -174,3 +177,25 @@ def test_envreg_errors_cross_the_cluster_with_class_message_and_details() -> Non
     assert isinstance(tool, UnknownToolError) and tool.name == "nope" and "'nope'" in str(tool)
     foreign = decode_error({"type": "os:system", "message": "x"}, "n")
     assert type(foreign) is EngineError and str(foreign) == "n: x"
+
+
+async def test_a_ray_address_nothing_answers_at_is_refused_at_once() -> None:
+    pytest.importorskip("ray", reason="needs the `ray` extra")
+    started = anyio.current_time()
+    async with Runtime(backend="ray", address=f"127.0.0.1:{free_port()}") as rt:
+        with pytest.raises(EngineError, match=r"no Ray cluster answers at 127\.0\.0\.1") as refused:
+            await rt.sandbox("calendar", isolation="container")
+    assert "ray status" in refused.value.hint and anyio.current_time() - started < 10
+
+
+async def test_the_ray_backend_without_ray_says_how_to_install_it(monkeypatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    async with Runtime(backend="ray") as rt:
+        with pytest.raises(BadRequest, match="needs Ray") as refused:
+            await rt.sandbox("calendar", isolation="instance")
+    assert "envreg[ray]" in refused.value.hint
