@@ -451,12 +451,16 @@ class RayBackend(Backend):
         async def close_agent(node: Node) -> None:
             with contextlib.suppress(Exception), anyio.fail_after(CLOSE_TIMEOUT):
                 await node.actor.close.remote()
-                if lost:  # on engines they share (one machine, a node's restarted agent), clean up after them
-                    await node.actor.sweep.remote([n.runtime_id for n in lost])
 
         async with anyio.create_task_group() as tg:
             for node in alive:
                 tg.start_soon(close_agent, node)
+        if (
+            lost
+        ):  # where an engine is shared with a lost agent (one machine), clean up after it; one at a time
+            for node in alive:
+                with contextlib.suppress(Exception), anyio.fail_after(CLOSE_TIMEOUT):
+                    await node.actor.sweep.remote([n.runtime_id for n in lost])
         import ray
 
         for node in self.nodes.values():

@@ -197,9 +197,14 @@ def sweep_runtimes(runtime_ids: list[str]) -> list[str]:
         for runtime_id in sorted(set(runtime_ids) - alive):
             label = {"label": f"{RUNTIME_LABEL}={runtime_id}"}
             for container in client.containers.list(all=True, filters=label):
-                with contextlib.suppress(docker.errors.NotFound):
+                try:
                     container.remove(force=True)
                     removed.append(container.name)
+                except docker.errors.NotFound:
+                    pass
+                except docker.errors.APIError as exc:
+                    if exc.status_code != 409:  # 409: its removal is already under way
+                        raise
             for network in client.networks.list(filters=label):
                 with contextlib.suppress(docker.errors.NotFound):
                     remove_network(network)
