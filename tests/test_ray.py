@@ -106,10 +106,8 @@ async def test_sandboxes_fill_the_nodes_by_free_capacity(cluster) -> None:
             era = list(ERAS)[i % 2]
             async with mcp_client(sb.mcp_url, era, token=sb.token) as client:
                 result = await client.call_tool("list_calendars", {})
-                assert (
-                    not result.is_error
-                    and result.content[0].text == (await sb.call_tool("list_calendars")).text
-                )
+                assert not result.is_error
+                assert json.loads(result.content[0].text) == (await sb.call_tool("list_calendars")).value
 
         # containers are hardened and labelled per node, on that node's internal network
         engine = docker.from_env()
