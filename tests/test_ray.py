@@ -12,6 +12,7 @@ import os
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray then resolves this node to 127.0.0.1
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+import importlib.util
 import json
 import signal
 import subprocess
@@ -19,18 +20,13 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import anyio
 import docker
 import httpx2
 import pytest
-
-pytest.importorskip(
-    "ray", reason="the Ray backend needs the `ray` extra: pip install -e '.[ray]' (scripts/bootstrap does)"
-)
-
 from mcp_helpers import ERAS, mcp_client
-from ray.cluster_utils import Cluster
 
 from envreg.env import load_environment, load_scenarios
 from envreg.env.scenario import CallOutcome, run_steps
@@ -41,7 +37,17 @@ from envreg.runtime.backends.docker_keeper import Liveness
 from envreg.runtime.backends.ray import NODE_RESOURCE, RayBackend
 from envreg.runtime.backends.ray_node import sweep_runtimes
 
-pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+if TYPE_CHECKING:  # importing ray takes seconds: the fixture does it
+    from ray.cluster_utils import Cluster
+
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.anyio,
+    pytest.mark.skipif(
+        importlib.util.find_spec("ray") is None,
+        reason="the Ray backend needs the `ray` extra: pip install -e '.[ray]' (scripts/bootstrap does)",
+    ),
+]
 
 
 def node_args(servers: int) -> dict:
@@ -51,6 +57,8 @@ def node_args(servers: int) -> dict:
 @pytest.fixture(scope="module")
 def cluster(reference_images) -> Iterator[Cluster]:
     """A head and two workers hosting 1, 2 and 3 servers."""
+    from ray.cluster_utils import Cluster
+
     cluster = Cluster(initialize_head=True, head_node_args={**node_args(1), "include_dashboard": False})
     cluster.add_node(**node_args(2))
     cluster.add_node(**node_args(3))
