@@ -429,12 +429,16 @@ class RayBackend(Backend):
 
     async def status(self, server: Server) -> str:
         node: Node = server.handle
-        if node.lost is None:
+        problem = ""
+        for _ in range(2):  # once more after an agent that failed a call answered its probe
+            if node.lost is not None:
+                break
             try:
                 return await self._call(node, "status", server.id)
             except EngineError as exc:
-                if node.lost is None:
-                    return f"unknown ({exc.message})"
+                problem = exc.message
+        if node.lost is None:
+            return f"unknown ({problem})"
         return f"gone with Ray node {node.label}, which was lost: {node.lost}"
 
     # shutdown ---------------------------------------------------------------------------------
