@@ -171,7 +171,14 @@ async def test_snapshot_restore_and_fork_across_nodes(cluster) -> None:
         snap = await parent.snapshot()
         at_snapshot = await parent.state_sha256()
 
+        await rt.warm(
+            "bank", "container", 4
+        )  # warm capacity, placed like any server: each node holds a share
+        rt.pool_sizes.clear()  # no refill: the fork takes exactly the warm units
+        held = {server_id for node in rt.backend.nodes.values() for server_id in node.servers}
+        assert all(node.servers for node in rt.backend.nodes.values()), "every node holds warm capacity"
         forks = await rt.fork(snap, 4, isolation="container")
+        assert {f.server.id for f in forks} | {parent.server.id} == held, "the forks took the warm units"
         nodes = {node_of(rt, f) for f in forks}
         assert len(nodes | {node_of(rt, parent)}) == 3, "forks spread over every node"
         assert [await f.state_sha256() for f in forks] == [at_snapshot] * 4
