@@ -129,28 +129,33 @@ def main() -> None:
     parser.add_argument("--env", default="calendar", choices=sorted(TOOLS))
     parser.add_argument("--calls", type=int, default=200, help="tool calls timed for the latency figures")
     args = parser.parse_args()
-    results = {}
+    results: dict[Any, dict[str, Any]] = {"docker": anyio.run(measure, None, args.env, args.n, args.calls)}
+    print(f"Docker backend, no Ray: {results['docker']}", flush=True)
     for nodes in (1, 3):
         cluster = start_cluster(nodes, args.per_node)
         try:
             results[nodes] = anyio.run(measure, cluster.address, args.env, args.n, args.calls)
         finally:
             cluster.shutdown()
-        print(f"{nodes} node(s): {results[nodes]}", flush=True)
-    one, three = results[1], results[3]
-    print()
-    print(f"| what ({args.n} at once, cold, + first call) | 1 node | 3 nodes | 3 vs 1 |")
-    print("| --- | --- | --- | --- |")
+        print(f"Ray, {nodes} node(s): {results[nodes]}", flush=True)
+    base, one, three = results["docker"], results[1], results[3]
+    print(f"\nload average (1, 5, 15 min) at the end: {os.getloadavg()}")
+    print(
+        f"| what ({args.n} at once, cold, + first call) | Docker backend | Ray, 1 node | Ray, 3 nodes | 3 vs 1 |"
+    )
+    print("| --- | --- | --- | --- | --- |")
     for key, label in (
         ("container", "container tier, sandboxes/s"),
         ("instance", "instance tier, sandboxes/s"),
     ):
-        print(f"| {label} | {one[key]:.1f} | {three[key]:.1f} | {three[key] / one[key]:.2f}x |")
-    print(f"| container tier, sandboxes per node | {one['spread']} | {three['spread']} | |")
-    print(f"| tool call via the node proxy, p50 ms | {one['direct']:.2f} | {three['direct']:.2f} | |")
-    print(
-        f"| tool call via the gateway + node proxy, p50 ms | {one['gateway']:.2f} | {three['gateway']:.2f} | |"
-    )
+        row = f"{base[key]:.2f} | {one[key]:.2f} | {three[key]:.2f} | {three[key] / one[key]:.2f}x"
+        print(f"| {label} | {row} |")
+    print(f"| container tier, sandboxes per node | | {one['spread']} | {three['spread']} | |")
+    for key, label in (
+        ("direct", "tool call, runtime client"),
+        ("gateway", "tool call, through the gateway"),
+    ):
+        print(f"| {label}, p50 ms | {base[key]:.2f} | {one[key]:.2f} | {three[key]:.2f} | |")
 
 
 if __name__ == "__main__":
