@@ -59,7 +59,7 @@ async def acquire_rate(rt: Any, env: str, isolation: str, n: int) -> tuple[float
     elapsed = clock() - started
     per_node: dict[str, int] = {}
     for sb in sandboxes:
-        label = rt.backend.node_of(sb.server).id[:8]
+        label = rt.backend.node_of(sb.server).id[:8] if hasattr(rt.backend, "node_of") else "this host"
         per_node[label] = per_node.get(label, 0) + 1
     async with anyio.create_task_group() as tg:
         for sb in sandboxes:
@@ -68,7 +68,7 @@ async def acquire_rate(rt: Any, env: str, isolation: str, n: int) -> tuple[float
 
 
 async def call_latency(rt: Any, env: str, calls: int) -> tuple[float, float]:
-    """p50 ms of one tool call through the runtime (node proxy) and through the gateway (+ node proxy)."""
+    """p50 ms of one tool call through the runtime's client and through the gateway (on Ray: + node proxy)."""
     tool, arguments = TOOLS[env]
     sb = await rt.sandbox(env, isolation="instance")
     direct, gateway = [], []
@@ -102,13 +102,15 @@ async def call_latency(rt: Any, env: str, calls: int) -> tuple[float, float]:
     return statistics.median(direct), statistics.median(gateway)
 
 
-async def measure(address: str, env: str, n: int, calls: int) -> dict[str, Any]:
+async def measure(address: str | None, env: str, n: int, calls: int) -> dict[str, Any]:
+    """On the Ray backend at `address`; on the Docker backend (no Ray) when it is None."""
     from envreg.runtime import Runtime
 
-    async with Runtime(backend="ray", address=address) as rt:
+    options = {"backend": "ray", "address": address} if address else {}
+    async with Runtime(**options) as rt:
         # warm-up, not timed: agents up, image resolved, each node's network and keeper made
         await rt.resolve(env, "container")
-        await acquire_rate(rt, env, "container", len(rt.backend.nodes))
+        await acquire_rate(rt, env, "container", len(getattr(rt.backend, "nodes", [None])))
         container, spread = await acquire_rate(rt, env, "container", n)
         instance, spread_i = await acquire_rate(rt, env, "instance", n)
         direct, gateway = await call_latency(rt, env, calls)
