@@ -10,9 +10,10 @@ from typing import Any
 import httpx2
 
 from envreg.canonical import canonical_json, sha256_hex
-from envreg.env import Scenario, states_equal
+from envreg.env import Environment, Scenario, states_equal
 from envreg.env.scenario import CallOutcome, run_steps
 from envreg.protocol import MCP_SESSION_VERSION, MCP_VERSION
+from envreg.reward.score import RewardBreakdown, ScoreOptions
 from envreg.runtime import Sandbox
 
 
@@ -24,17 +25,46 @@ class EpisodeReport:
     final_sha256: str = ""
     state_matches: bool | None = None
 
-    @property
-    def trace_score(self) -> float:
-        """Share of calls whose result was what the scenario expected."""
-        if not self.calls:
-            return 0.0
-        failed_steps = {f.split(" ", 2)[1] for f in self.failures if f.startswith("step ")}
-        return 1 - len(failed_steps) / len(self.calls)
+    reward: RewardBreakdown | None = None
 
-    def reward(self, alpha: float = 0.5) -> float:
-        """``alpha * R_traj + (1 - alpha) * R_state`` (R_state is 1 when the final state matches)."""
-        return alpha * self.trace_score + (1 - alpha) * float(bool(self.state_matches))
+
+async def score_episode(
+    environment: Environment, scenario: Scenario, report: EpisodeReport, options: ScoreOptions | None = None
+) -> RewardBreakdown:
+    """The composite reward of the calls the agent made (`envreg.reward`), against the scenario as the oracle.
+
+    The oracle's calls and final state come from executing the scenario's steps on its initial state;
+    the agent's calls are replayed on the local tier from the same state.
+    """
+    from envreg.reward.score import Scorer
+    from envreg.runtime import Runtime
+
+    initial = scenario.initial_state or environment.initial_state().to_json()
+    oracle = environment.instance(initial)
+    calls = []
+    for step in scenario.steps:
+        outcome = oracle.call_tool(step.tool, step.arguments)
+        calls.append(
+            {
+                "env": environment.name,
+                "tool": step.tool,
+                "arguments": step.arguments,
+                "is_error": outcome.is_error,
+            }
+        )
+    truth = {
+        "id": scenario.name,
+        "envs": [environment.name],
+        "calls": calls,
+        "initial_states": {environment.name: initial},
+        "final_states": {environment.name: scenario.final_state or oracle.state.to_json()},
+        "volatile": {environment.name: list(environment.volatile)},
+    }
+    predicted = {"calls": [{"env": environment.name, "tool": t, "arguments": a} for t, a, _ in report.calls]}
+    async with Runtime() as rt:
+        return await Scorer(rt, options=options, sources={environment.name: str(environment.folder)}).score(
+            truth, predicted
+        )
 
 
 async def play(

@@ -266,6 +266,20 @@ def test_sandbox_limit_is_429(tmp_path_factory: pytest.TempPathFactory) -> None:
         proc.stop()
 
 
+def test_sandboxes_can_be_created_augmented(fuzz_daemon: DaemonProcess) -> None:
+    body = {"env": "calendar", "isolation": "local", "augment": {"seed": 3, "errors": 1.0}}
+    sb = fuzz_daemon.ok("POST", "/v1/sandboxes", body, status=201)
+    call = {"name": "list_calendars", "arguments": {}}
+    first = fuzz_daemon.ok("POST", f"/v1/sandboxes/{sb['id']}/call", call)
+    assert first["isError"] and "Retry" in first["content"][0]["text"]  # injected, the tool never ran
+    assert not fuzz_daemon.ok("POST", f"/v1/sandboxes/{sb['id']}/call", call)["isError"]
+    labels = fuzz_daemon.ok("GET", f"/v1/sandboxes/{sb['id']}/augmentation")
+    assert labels and labels[0]["tool"] == "list_calendars"
+    bad = fuzz_daemon.request("POST", "/v1/sandboxes", {**body, "augment": {"errors": 2}})
+    assert bad.status_code == 400 and "errors" in bad.text
+    fuzz_daemon.ok("DELETE", f"/v1/sandboxes/{sb['id']}", status=204)
+
+
 # fuzzing: the control API against its own OpenAPI document, never a 5xx --------------------------
 @pytest.fixture(scope="module")
 def fuzz_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:

@@ -182,3 +182,42 @@ def test_volatile_paths_are_ignored_by_state_equivalence() -> None:
     assert not states_equal(a, b)
     assert states_equal(a, b, ["now", "items.*.seen"])
     assert strip_volatile(a, ["items.*.seen"])["items"] == [{"id": 1}, {"id": 2}]
+
+
+class _Item(BaseModel):
+    id: str
+
+
+class _Tables(EnvState):
+    items: dict[str, _Item] = Field(default_factory=dict)
+
+
+def test_id_problems_names_misfiled_foreign_and_colliding_ids() -> None:
+    from envreg.env import id_problems
+
+    state = _Tables(id_counters={"itm": 2}, items={"itm_0001": _Item(id="itm_0001")})
+    assert id_problems(state, {"itm": state.items}) == []
+    state.items = {
+        "itm_0001": _Item(id="itm_0002"),
+        "itm_0003": _Item(id="itm_0003"),
+        "x": _Item(id="evt_0001"),
+    }
+    problems = id_problems(state, {"itm": state.items})
+    assert problems == [
+        "key 'itm_0001' holds 'itm_0002': each entry must be stored under its own id",
+        "id itm_0003 is beyond id_counters['itm']=2: new ids would collide",
+        "key 'x' holds 'evt_0001': each entry must be stored under its own id",
+        "id 'evt_0001' must look like itm_0001",
+    ]
+
+
+def test_text_matching_ignores_case_accents_and_punctuation() -> None:
+    from envreg.env import fold, matches, words
+
+    assert fold("Café Zürich") == "cafe zurich"
+    assert words("Sobrino de Botín, Calle 17") == ["sobrino", "de", "botin", "calle", "17"]
+    assert matches("botin", "Sobrino de Botín")
+    assert matches("art mus", "Art Institute", "museum")  # every word starts a word of some field
+    assert not matches("art gallery", "Art Institute", "museum")
+    assert not matches("useum", "museum")  # prefixes, not substrings
+    assert matches("", "anything")

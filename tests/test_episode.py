@@ -8,18 +8,21 @@ import sys
 import pytest
 from conftest import ROOT
 
+from envreg.env import load_environment, load_scenarios
 from envreg.env.scenario import CallOutcome
-from envreg.episode import EpisodeReport
+from envreg.episode import EpisodeReport, score_episode
 
 
-def test_reward_combines_trace_and_state() -> None:
-    report = EpisodeReport("s", calls=[("t", {}, CallOutcome(False, "1"))] * 4, state_matches=True)
-    assert report.trace_score == 1.0 and report.reward() == 1.0
-    report.failures = ["step 2 (t): unexpected error: boom", "step 4 (t): expected 1, got 2"]
-    report.state_matches = False
-    assert report.trace_score == 0.5
-    assert report.reward() == pytest.approx(0.25)
-    assert report.reward(alpha=1.0) == pytest.approx(0.5)
+@pytest.mark.anyio
+async def test_the_episode_reward_is_the_composite_reward() -> None:
+    env = load_environment("bank")
+    scenario = next(s for s in load_scenarios(env.folder)[0] if s.name == "pay_new_payee_chain")
+    played = [(s.tool, s.arguments, CallOutcome(False, "")) for s in scenario.steps]
+    full = await score_episode(env, scenario, EpisodeReport(scenario.name, calls=played))
+    assert (full.reward, full.r_traj, full.r_state) == (1.0, 1.0, 1.0)
+    short_run = await score_episode(env, scenario, EpisodeReport(scenario.name, calls=played[:3]))
+    assert short_run.r_state == 0.0 and 0 < short_run.r_traj < 1
+    assert short_run.reward == pytest.approx(0.5 * short_run.r_traj)
 
 
 @pytest.mark.docker

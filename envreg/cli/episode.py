@@ -27,7 +27,7 @@ def episode(
 ) -> None:
     """Play a scenario's calls as a scripted agent over MCP in a sandbox; print calls, state hash, reward."""
     from envreg.env import load_environment, load_scenarios
-    from envreg.episode import play, short
+    from envreg.episode import play, score_episode, short
     from envreg.runtime import EngineError, Runtime
 
     environment = load_environment(env)
@@ -50,7 +50,9 @@ def episode(
                 f"[bold]{env}[/] {environment.version} · scenario [bold]{chosen.name}[/] · "
                 f"sandbox {sandbox.id} ({isolation}) · MCP {sandbox.mcp_url} · protocol {protocol}"
             )
-            return await play(sandbox, chosen, environment.volatile, show, protocol)
+            report = await play(sandbox, chosen, environment.volatile, show, protocol)
+        report.reward = await score_episode(environment, chosen, report)
+        return report
 
     try:
         report = anyio.run(main)
@@ -61,9 +63,11 @@ def episode(
     console.print(f"calls: {len(report.calls)}")
     console.print(f"final state sha256: {report.final_sha256}")
     console.print(f"matches the scenario's expected state: {matches}")
+    r = report.reward
     console.print(
-        f"reward = 0.5·R_traj + 0.5·R_state = 0.5·{report.trace_score:.3f} + 0.5·"
-        f"{float(bool(report.state_matches)):.0f} = [bold]{report.reward():.3f}[/]"
+        f"reward = 0.5·R_traj + 0.5·R_state - 0.1·P_length - 0.1·P_format = 0.5·{r.r_traj:.3f} + 0.5·"
+        f"{r.r_state:.3f} - 0.1·{r.p_length:.3f} - 0.1·{r.p_format:.3f} = [bold]{r.reward:.3f}[/]"
+        f" ({r.matched_calls}/{r.expected_calls} oracle calls matched, replayed on the local tier)"
     )
     for failure in report.failures:
         console.print(f"[red]mismatch:[/] {failure}")

@@ -230,7 +230,9 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
         if body.snapshot is not None:
             start = rt.snapshots.get(body.snapshot)
         with reserve(1):
-            sb = await rt.sandbox(body.env, isolation=isolation, state=start, ttl=ttl_or_default(body.ttl))
+            sb = await rt.sandbox(
+                body.env, isolation=isolation, state=start, ttl=ttl_or_default(body.ttl), augment=body.augment
+            )
         return info(sb)
 
     @api.get(
@@ -377,6 +379,17 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
         return result.to_mcp()
 
     @api.get(
+        "/v1/sandboxes/{sandbox_id}/augmentation",
+        response_model=list[dict[str, Any]],
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND, **UPSTREAM},
+        tags=["tools"],
+    )
+    async def augmentation_labels(sandbox_id: str) -> list[dict[str, Any]]:
+        """What the sandbox's augmentation did to each call (empty without one); the agent never sees it."""
+        return await sandbox(sandbox_id).augmentation_labels()
+
+    @api.get(
         "/v1/sandboxes/{sandbox_id}/tools",
         response_model=list[dict[str, Any]],
         dependencies=auth,
@@ -400,6 +413,7 @@ _SANDBOX_OPERATIONS = (
     "renew",
     "call_tool",
     "list_tools",
+    "augmentation_labels",
 )
 
 

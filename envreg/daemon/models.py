@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envreg.env.augment import Augmentation
 from envreg.protocol import Isolation
 
 MAX_TTL = 30 * 24 * 3600.0
@@ -55,6 +56,11 @@ class CreateSandbox(_Strict):
         description="Start from this snapshot (id or unique prefix) instead.",
     )
     ttl: float | None = Ttl
+    augment: Augmentation | None = Field(
+        default=None,
+        description="Oracle-preserving augmentation of the tool results (formats, noise, injected errors, "
+        "distractor tools); labels at GET /v1/sandboxes/{id}/augmentation.",
+    )
 
 
 class SandboxInfo(BaseModel):

@@ -42,6 +42,7 @@ class ToolResult:
     value: Any = None
     error: str | None = None
     structured: dict[str, Any] | None = None
+    rendered: str | None = None  # the text the agent sees when it is not the value's JSON (augmented formats)
 
     @property
     def is_error(self) -> bool:
@@ -51,6 +52,8 @@ class ToolResult:
     def text(self) -> str:
         if self.error is not None:
             return self.error
+        if self.rendered is not None:
+            return self.rendered
         return json.dumps(self.value, ensure_ascii=False, separators=(",", ":"))
 
     def to_mcp(self) -> dict[str, Any]:

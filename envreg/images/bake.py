@@ -61,8 +61,12 @@ _ENV_IGNORE = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 
 
 def stage_env(p: Paths, name: str, folder: Path, manifest: Path, epoch: int) -> Path:
-    """`.cache/bake/env/<name>/`: Dockerfile, env/ (the environment folder) and manifest.json."""
+    """`.cache/bake/env/<name>/`: Dockerfile, env/ (the environment folder) and manifest.json, plus wheels/
+    with the wheels of the folder's own requirements.lock when it has one (e.g. bfcl-eval for bfcl-*)."""
     files: dict[str, bytes | Path] = {"Dockerfile": p.base_dir / "env.Dockerfile", "manifest.json": manifest}
+    if (folder / "requirements.lock").is_file():
+        for wheel in fetch_wheelhouse(p, folder / "requirements.lock").values():
+            files[f"wheels/{wheel.name}"] = wheel
     for f in sorted(folder.rglob("*")):
         rel = f.relative_to(folder)
         if f.is_file() and not any(part in _ENV_IGNORE or part.endswith(".pyc") for part in rel.parts):

@@ -142,12 +142,15 @@ def wheel_files(locked: list[LockedWheel], wheelhouse: Path) -> dict[str, Path]:
     return found
 
 
-def fetch_wheelhouse(p: Paths | None = None) -> dict[str, Path]:
-    """Download every locked wheel (hash-checked) into .cache/wheelhouse; a no-op when all are there."""
+def fetch_wheelhouse(p: Paths | None = None, lock: Path | None = None) -> dict[str, Path]:
+    """Download every wheel of `lock` (default: the base image's requirements.lock), hash-checked, into
+    .cache/wheelhouse; a no-op when all are there. An environment folder's own requirements.lock goes
+    through here too (its wheels are installed into that environment's image only)."""
     p = p or paths()
-    if not p.requirements_lock.is_file():
-        raise ImageBuildError(f"{p.requirements_lock} is missing: create it with `scripts/lock-wheels`")
-    locked = parse_requirements_lock(p.requirements_lock.read_text())
+    lock = lock or p.requirements_lock
+    if not lock.is_file():
+        raise ImageBuildError(f"{lock} is missing: create it with `scripts/lock-wheels`")
+    locked = parse_requirements_lock(lock.read_text())
     have = wheel_files(locked, p.wheelhouse)
     if len(have) < len(locked):
         missing = [w.name for w in locked if w.name not in have]
@@ -164,7 +167,7 @@ def fetch_wheelhouse(p: Paths | None = None) -> dict[str, Path]:
                 "-d",
                 str(p.wheelhouse),
                 "-r",
-                str(p.requirements_lock),
+                str(lock),
             ),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

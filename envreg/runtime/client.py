@@ -9,6 +9,7 @@ from typing import Any
 import httpx2
 
 from envreg.env import ToolResult
+from envreg.env.augment import Augmentation
 from envreg.errors import (
     InvalidState,
     SandboxGone,
@@ -97,9 +98,11 @@ class EnvClient:
         text = result["content"][0]["text"] if result.get("content") else ""
         if result.get("isError"):
             return ToolResult(error=text)
-        return ToolResult(
-            value=json.loads(text) if text else None, structured=result.get("structuredContent")
-        )
+        try:
+            value = json.loads(text) if text else None
+        except ValueError:  # an augmented format (YAML, XML, markdown): the text is what the agent sees
+            return ToolResult(value=text, rendered=text)
+        return ToolResult(value=value, structured=result.get("structuredContent"))
 
     async def control(
         self, method: str, path: str, body: Any = None, expect: tuple[int, ...] = (200,)
@@ -136,6 +139,16 @@ class EnvClient:
 
     async def reset(self, instance_id: str) -> None:
         await self.control("POST", f"/instances/{instance_id}/reset")
+
+    async def augment(self, instance_id: str, config: Augmentation | None) -> None:
+        path = f"/instances/{instance_id}/augmentation"
+        if config is None:
+            await self.control("DELETE", path, expect=(204,))
+        else:
+            await self.control("PUT", path, config.model_dump(mode="json"))
+
+    async def augmentation_labels(self, instance_id: str) -> list[dict[str, Any]]:
+        return (await self.control("GET", f"/instances/{instance_id}/augmentation"))["labels"]
 
     async def healthz(self) -> dict[str, Any]:
         return await self.control("GET", "/healthz")

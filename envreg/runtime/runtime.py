@@ -34,8 +34,8 @@ class Runtime:
 
     `backend` runs the isolated tiers (``"docker"``, the default, ``"ray"``, or a `Backend`); the local
     tier always runs in this process. Other keyword arguments are the backend's options, e.g.
-    ``Runtime(backend="ray", address="auto")``. `pool` gives warm-pool sizes per tier (or per ``"<tier>:<image id>"``); a pool
-    is refilled in the background from its first acquire on, and `warm()` fills one at once. The
+    ``Runtime(backend="ray", address="auto")``. `pool` gives warm-pool sizes per tier (or per
+    ``"<tier>:<image id>"``); a pool is refilled in the background from its first acquire on, and `warm()` fills one at once. The
     isolated tiers need the runtime entered as a context manager: leaving it removes every container
     and network it made.
     """
@@ -101,8 +101,12 @@ class Runtime:
         isolation: Isolation = "local",
         state: dict[str, Any] | Snapshot | None = None,
         ttl: float | None = None,
+        augment: Any = None,
     ) -> Sandbox:
         """Lease a sandbox of `env`, optionally starting from `state` (a state or a snapshot).
+
+        `augment` (an `envreg.env.augment.Augmentation` or its dict) reshapes its tool results
+        without changing what the tools do: see `Sandbox.augment`.
 
         `env` is an `Environment`, a folder or a name under ./images (local tier), or an image
         reference for the isolated tiers: a name (its newest image), ``name:version`` or a digest.
@@ -132,6 +136,8 @@ class Runtime:
                 await sandbox.restore(state)
             elif state is not None:
                 await sandbox.load_state(state)
+            if augment is not None:
+                await sandbox.augment(augment)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await sandbox.close("its initial state was refused")
@@ -291,6 +297,17 @@ class Runtime:
             async with anyio.create_task_group() as tg:
                 for sandbox in list(self.sandboxes.values()):
                     tg.start_soon(sandbox.close)
+            if self._gateway_server is not None:
+                self._gateway_server.should_exit = True
+        # background work next (pool refills may be starting containers, the gateway relaying): wait
+        # for it to end, so that nothing starts after the backend has cleared up
+        if self._task_group is not None:
+            self._task_group.cancel_scope.cancel()
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
+        self._task_group = None
+        with anyio.CancelScope(shield=True):
             if self._isolated is not None:
                 await self._isolated.backend.close()
                 self._isolated = None
@@ -298,14 +315,6 @@ class Runtime:
                 await self._http.aclose()
             if self._gateway is not None:
                 await self._gateway.upstream.aclose()
-            if self._gateway_server is not None:
-                self._gateway_server.should_exit = True
-        if self._task_group is not None:
-            self._task_group.cancel_scope.cancel()
-        if self._stack is not None:
-            stack, self._stack = self._stack, None
-            await stack.aclose()
-        self._task_group = None
 
 
 __all__ = ["Runtime"]

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from envreg.env import ToolResult
+from envreg.env.augment import Augmentation
 from envreg.errors import SandboxGone, UpstreamError
 from envreg.protocol import agent_path
 from envreg.runtime.backends.base import Server, Upstream
@@ -45,6 +46,7 @@ class Sandbox:
         self.closed = False
         self.ended: str | None = None
         self.expires_at: float | None = None
+        self.augmented = False
         self._client = server.client
         self._snapshots = snapshots
         self._release = release
@@ -99,8 +101,24 @@ class Sandbox:
         await self._guard(lambda: self._client.put_state(self.instance_id, state))
 
     async def reset(self) -> None:
-        """Back to the environment's seed state."""
+        """Back to the environment's seed state (an augmentation starts a new label log)."""
         await self._guard(lambda: self._client.reset(self.instance_id))
+
+    async def augment(self, augmentation: Augmentation | dict[str, Any] | None) -> None:
+        """Apply an oracle-preserving augmentation to this sandbox's tool results (None removes it).
+
+        It applies where the results are produced (the environment server's instance), so an agent
+        on the MCP URL gets it too; a new augmentation starts a fresh label log. See `envreg.env.augment`.
+        """
+        config = None if augmentation is None else Augmentation.model_validate(augmentation)
+        await self._guard(lambda: self._client.augment(self.instance_id, config))
+        self.augmented = config is not None
+
+    async def augmentation_labels(self) -> list[dict[str, Any]]:
+        """What the augmentation did to each call since it was applied (or since the last reset)."""
+        if not self.augmented:
+            return []
+        return await self._guard(lambda: self._client.augmentation_labels(self.instance_id))
 
     async def snapshot(self) -> Snapshot:
         """Store the current state, content-addressed, and return its handle."""

@@ -13,6 +13,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.canonical import sha256_hex
+from envreg.env.augment import Augmentation
 from envreg.protocol import DEFAULT_INSTANCE, agent_path
 from envreg.server.http import BodyTooLarge, bearer_matches, bearer_token, read_body, replay, send_json
 from envreg.server.instances import InstanceLimitReached, InstanceStore
@@ -153,8 +154,35 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
         instance = lookup(request)
         if instance is None:
             return missing(request)
-        instance.reset()
-        return state_response(instance)
+        return state_response(store.reset(request.path_params["instance_id"]))
+
+    async def put_augmentation(request: Request) -> Response:
+        instance_id = request.path_params["instance_id"]
+        if lookup(request) is None:
+            return missing(request)
+        data, bad = await json_body(request)
+        if bad:
+            return bad
+        try:
+            config = Augmentation.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()
+            )
+            return error(422, f"invalid augmentation, nothing was changed: {problems}")
+        return JSONResponse(store.augment(instance_id, config).describe())
+
+    async def get_augmentation(request: Request) -> Response:
+        if lookup(request) is None:
+            return missing(request)
+        augmenter = store.augmenter(request.path_params["instance_id"])
+        return JSONResponse(augmenter.describe() if augmenter else {"config": None, "labels": []})
+
+    async def delete_augmentation(request: Request) -> Response:
+        if lookup(request) is None:
+            return missing(request)
+        store.augment(request.path_params["instance_id"], None)
+        return Response(status_code=204)
 
     routes = [
         Route("/healthz", healthz),
@@ -165,5 +193,8 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
         Route("/instances/{instance_id}/state", get_state, methods=["GET"]),
         Route("/instances/{instance_id}/state", put_state, methods=["PUT"]),
         Route("/instances/{instance_id}/reset", reset, methods=["POST"]),
+        Route("/instances/{instance_id}/augmentation", get_augmentation, methods=["GET"]),
+        Route("/instances/{instance_id}/augmentation", put_augmentation, methods=["PUT"]),
+        Route("/instances/{instance_id}/augmentation", delete_augmentation, methods=["DELETE"]),
     ]
     return BearerAuth(Starlette(routes=routes), token, max_body)

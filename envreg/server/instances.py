@@ -6,7 +6,8 @@ import re
 import secrets
 from typing import Any
 
-from envreg.env import Environment, Instance
+from envreg.env import Environment, Instance, ToolResult
+from envreg.env.augment import Augmentation, Augmenter
 from envreg.errors import LimitReached
 from envreg.protocol import DEFAULT_INSTANCE
 
@@ -24,6 +25,7 @@ class InstanceStore:
         self.env = env
         self.max_instances = max_instances
         self._instances: dict[str, Instance] = {}
+        self._augmenters: dict[str, Augmenter] = {}
         if default:
             self._instances[DEFAULT_INSTANCE] = env.instance()
 
@@ -58,7 +60,50 @@ class InstanceStore:
         return instance_id, instance
 
     def delete(self, instance_id: str) -> bool:
+        self._augmenters.pop(instance_id, None)
         return self._instances.pop(instance_id, None) is not None
+
+    def call_tool(self, instance_id: str, name: str, arguments: dict[str, Any] | None) -> ToolResult:
+        """Run one tool on an instance, through its augmentation when it has one.
+
+        Raises `KeyError` for an unknown instance and `UnknownToolError` for a tool it does not offer.
+        """
+        instance = self._instances[instance_id]
+        augmenter = self._augmenters.get(instance_id)
+        if augmenter is not None:
+            return augmenter.call(instance, name, arguments)
+        return instance.call_tool(name, arguments)
+
+    def list_tools(self, instance_id: str) -> list[dict[str, Any]]:
+        """The tools an instance offers in MCP wire form (with its augmentation's decoys, if any)."""
+        augmenter = self._augmenters.get(instance_id)
+        return augmenter.tools if augmenter is not None else self.env.list_tools()
+
+    def offers(self, instance_id: str, name: str) -> bool:
+        """Whether `name` is a tool of the instance (one of the environment's, or a decoy)."""
+        augmenter = self._augmenters.get(instance_id)
+        return name in self.env.tools or (augmenter is not None and name in augmenter.distractors)
+
+    def reset(self, instance_id: str) -> Instance:
+        """Back to the seed state; an augmentation starts a new label log. Raises `KeyError`."""
+        instance = self._instances[instance_id]
+        instance.reset()
+        augmenter = self._augmenters.get(instance_id)
+        if augmenter is not None:
+            augmenter.reset()
+        return instance
+
+    def augmenter(self, instance_id: str) -> Augmenter | None:
+        """The instance's augmentation, if one was set (see `envreg.env.augment`)."""
+        return self._augmenters.get(instance_id)
+
+    def augment(self, instance_id: str, config: Augmentation | None) -> Augmenter | None:
+        """Set (or with None remove) an instance's augmentation; a new one starts a fresh label log."""
+        if config is None:
+            self._augmenters.pop(instance_id, None)
+            return None
+        augmenter = self._augmenters[instance_id] = Augmenter(config, self.env.list_tools())
+        return augmenter
 
 
 def instance_id_from_path(path: str) -> str | None:

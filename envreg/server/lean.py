@@ -114,6 +114,8 @@ class LeanPath:
         if params.keys() != _META_ONLY:
             return None
         if method == "tools/list":
+            if self.store.augmenter(instance_id) is not None:
+                return _envelope(rid, self._listing(self.store.list_tools(instance_id)))
             return _envelope(rid, self._list_result)
         if method == "server/discover":
             return _envelope(rid, self._discover_result)
@@ -121,19 +123,30 @@ class LeanPath:
 
     def _call(self, h: dict[bytes, bytes], params: dict[str, Any], instance_id: str) -> dict[str, Any] | None:
         name, arguments = params.get("name"), params.get("arguments")
-        if type(name) is not str or name not in self.tools or not params.keys() <= _CALL_PARAMS:
+        if type(name) is not str or not params.keys() <= _CALL_PARAMS:
+            return None
+        if name not in self.tools and not self.store.offers(instance_id, name):
             return None
         if arguments is not None and type(arguments) is not dict:
             return None
         if h.get(b"mcp-name") != name.encode():
             return None
-        instance = self.store.get(instance_id)
-        if instance is None:
+        if instance_id not in self.store:
             return None
-        result = instance.call_tool(name, arguments).to_mcp()
+        result = self.store.call_tool(instance_id, name, arguments).to_mcp()
         result["resultType"] = "complete"
         result["_meta"] = self.server_info
         return result
+
+    def _listing(self, tools: list[dict[str, Any]]) -> bytes:
+        result = {
+            "cacheScope": "private",
+            "resultType": "complete",
+            "tools": tools,
+            "ttlMs": 0,
+            "_meta": self.server_info,
+        }
+        return json.dumps(result, separators=(",", ":")).encode()
 
 
 def _envelope(rid: int | str, result: bytes) -> bytes:

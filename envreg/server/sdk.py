@@ -29,21 +29,24 @@ def build_sdk_app(store: InstanceStore, max_body: int, loopback: bool) -> tuple[
     tools = [types.Tool.model_validate(t) for t in listed]
     input_schemas = {t["name"]: t["inputSchema"] for t in listed}
 
-    def instance_for(ctx: Any) -> Any:
+    def instance_for(ctx: Any) -> str:
         path = ctx.request.url.path if ctx.request is not None else "/mcp"
-        instance = store.get(instance_id_from_path(path) or "")
-        if instance is None:
+        instance_id = instance_id_from_path(path) or ""
+        if instance_id not in store:
             raise MCPError(types.INVALID_REQUEST, f"no instance at {path}: it was deleted or never created")
-        return instance
+        return instance_id
 
     async def list_tools(ctx: Any, params: Any) -> Any:
-        instance_for(ctx)
+        instance_id = instance_for(ctx)
+        if store.augmenter(instance_id) is not None:
+            listed = store.list_tools(instance_id)
+            return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in listed])
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: Any) -> Any:
-        instance = instance_for(ctx)
+        instance_id = instance_for(ctx)
         try:
-            result = instance.call_tool(params.name, params.arguments)
+            result = store.call_tool(instance_id, params.name, params.arguments)
         except UnknownToolError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         return types.CallToolResult.model_validate(result.to_mcp())

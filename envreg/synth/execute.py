@@ -138,7 +138,7 @@ class Synthesizer:
             try:
                 image = None
                 if self.isolation != "local":
-                    image = await self.rt.resolve_image(env)
+                    image = (await self.rt.resolve(env, self.isolation)).key
                 ctx = EnvContext(env, self.versions.get(env, ""), sandbox.env_digest, image, volatile)
                 for label, state in options:
                     if state is not None:

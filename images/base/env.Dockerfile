@@ -4,6 +4,17 @@
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 ARG SOURCE_DATE_EPOCH=0
+# An environment folder may pin extra wheels in its own requirements.lock (staged into wheels/): they are
+# installed offline, hash-checked and without dependencies into the server's venv.
+RUN --mount=type=bind,target=/ctx \
+    set -eu; \
+    if [ -f /ctx/env/requirements.lock ]; then \
+        /opt/envreg/bin/python "$(ls /usr/share/python-wheels/pip-*.whl)/pip" install --isolated \
+            --disable-pip-version-check --no-cache-dir --no-index --no-deps --no-compile --require-hashes \
+            --find-links /ctx/wheels -r /ctx/env/requirements.lock; \
+        PYTHONHASHSEED=0 python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/envreg/lib >/dev/null; \
+        find /opt/envreg -newermt "@${SOURCE_DATE_EPOCH}" -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +; \
+    fi
 COPY env/ /env/
 COPY manifest.json /env/manifest.json
 RUN PYTHONHASHSEED=0 python3 -m compileall -q --invalidation-mode unchecked-hash /env >/dev/null \

@@ -39,6 +39,7 @@ TEST_DECLINES = {
 Brand = Literal["visa", "mastercard", "amex", "discover"]
 BRAND_NAMES = {"visa": "Visa", "mastercard": "Mastercard", "amex": "American Express", "discover": "Discover"}
 MAX_INVOICE_LINES = 50
+MAX_AMOUNT_CENTS = 99_999_999
 
 
 def _two_decimals(value: float) -> float:
@@ -80,6 +81,11 @@ def _check_amount(amount: float, currency: str, what: str = "amount") -> int:
         raise ToolError(
             f"{what} {_num(amount)} {currency} is below the minimum of "
             f"{_money(MIN_CHARGE_CENTS[currency], currency)}."
+        )
+    if value > MAX_AMOUNT_CENTS:
+        raise ToolError(
+            f"{what} {_num(amount)} {currency} is above the maximum of {_money(MAX_AMOUNT_CENTS, currency)}; "
+            "split it into several invoices or charges."
         )
     return value
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from envreg.env import ToolResult
+from envreg.env.augment import Augmentation
 
 
 class ServerClient(Protocol):
@@ -33,6 +34,8 @@ class ServerClient(Protocol):
     async def reset(self, instance_id: str) -> None: ...
     async def create_instance(self, state: dict[str, Any] | None = None) -> str: ...
     async def delete_instance(self, instance_id: str) -> None: ...
+    async def augment(self, instance_id: str, config: Augmentation | None) -> None: ...
+    async def augmentation_labels(self, instance_id: str) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)

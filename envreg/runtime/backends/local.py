@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from envreg.env import Environment, ToolResult, load_environment
+from envreg.env.augment import Augmentation
 from envreg.errors import InvalidState, SandboxGone
 from envreg.runtime.backends.base import Backend, EnvSpec, Server
 from envreg.server.instances import InstanceStore
@@ -46,10 +47,12 @@ class InProcessClient:
         return instance
 
     async def list_tools(self, instance_id: str) -> list[dict[str, Any]]:
-        return self._instance(instance_id).env.list_tools()
+        self._instance(instance_id)
+        return self.store.list_tools(instance_id)
 
     async def call_tool(self, instance_id: str, name: str, arguments: dict[str, Any] | None) -> ToolResult:
-        return self._instance(instance_id).call_tool(name, arguments)
+        self._instance(instance_id)
+        return self.store.call_tool(instance_id, name, arguments)
 
     async def get_state(self, instance_id: str) -> dict[str, Any]:
         return self._instance(instance_id).state.to_json()
@@ -65,7 +68,8 @@ class InProcessClient:
             raise invalid_state(exc) from None
 
     async def reset(self, instance_id: str) -> None:
-        self._instance(instance_id).reset()
+        self._instance(instance_id)
+        self.store.reset(instance_id)
 
     async def create_instance(self, state: dict[str, Any] | None = None) -> str:
         try:
@@ -75,6 +79,15 @@ class InProcessClient:
 
     async def delete_instance(self, instance_id: str) -> None:
         self.store.delete(instance_id)
+
+    async def augment(self, instance_id: str, config: Augmentation | None) -> None:
+        self._instance(instance_id)
+        self.store.augment(instance_id, config)
+
+    async def augmentation_labels(self, instance_id: str) -> list[dict[str, Any]]:
+        self._instance(instance_id)
+        augmenter = self.store.augmenter(instance_id)
+        return list(augmenter.log) if augmenter is not None else []
 
 
 class LocalBackend(Backend):

@@ -1,0 +1,209 @@
+"""`envreg adapters bfcl ...`: BFCL's multi-turn environments in envreg (generate the images, replay the ground truth)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+out = Console()
+err = Console(stderr=True)
+
+app = typer.Typer(help="Foreign environments served through envreg.", no_args_is_help=True)
+bfcl_app = typer.Typer(
+    help="BFCL multi-turn classes (bfcl-eval, installed with --no-deps).", no_args_is_help=True
+)
+app.add_typer(bfcl_app, name="bfcl")
+
+
+def _require_bfcl() -> None:
+    from envreg.adapters.bfcl import BfclNotInstalled, _bfcl
+
+    logging.getLogger("envreg.env").setLevel(
+        logging.ERROR
+    )  # a method that raises is a result here, not noise
+    try:
+        _bfcl()
+    except BfclNotInstalled as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+
+
+@bfcl_app.command("generate")
+def generate(
+    images: Annotated[Path, typer.Option(help="Environments folder.")] = Path("images"),
+    lock: Annotated[
+        Path, typer.Option(help="The hash-pinned bfcl-eval + mpmath lock copied into each folder.")
+    ] = Path("images/base/bfcl-requirements.lock"),
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing; exit 1 when a folder is stale.")
+    ] = False,
+) -> None:
+    """Write images/bfcl-*/ (env.py, requirements.lock, scenarios from BFCL's data), one per BFCL class."""
+    _require_bfcl()
+    from envreg.adapters.bfcl_images import write_folders
+
+    if not lock.is_file():
+        err.print(f"[red]error:[/] {lock} is missing (it pins bfcl-eval and mpmath with hashes)")
+        raise typer.Exit(2)
+    changed = write_folders(images, lock.read_text(), check=check)
+    if check and changed:
+        for path in changed:
+            err.print(f"[red]stale:[/] {path}")
+        err.print("run `envreg adapters bfcl generate` and commit the result")
+        raise typer.Exit(1)
+    verb = "up to date" if not changed else f"wrote {len(changed)} files"
+    out.print(
+        f"images/bfcl-*: {verb}; build them with `envreg build` and refresh manifests with `envreg manifest`"
+    )
+
+
+@bfcl_app.command("replay")
+def replay(
+    category: Annotated[
+        list[str] | None,
+        typer.Option(help="base, miss_func, miss_param, long_context or all (repeatable; default all)."),
+    ] = None,
+    isolation: Annotated[str, typer.Option(help="local, instance or container.")] = "local",
+    drop_last: Annotated[
+        bool, typer.Option("--drop-last", help="Replay each entry without its last ground-truth call.")
+    ] = False,
+    restore_each_turn: Annotated[
+        bool,
+        typer.Option(
+            "--restore-each-turn",
+            help="Snapshot after every turn and go on in a new sandbox restored from it.",
+        ),
+    ] = False,
+    limit: Annotated[int | None, typer.Option(help="Only the first N entries of each category.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Entries in flight at once (default 1 local, 16 on the Docker tiers).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Replay BFCL's ground truth through envreg sandboxes; compare envreg's verdicts with BFCL's checker."""
+    _require_bfcl()
+    import anyio
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from envreg.adapters import bfcl
+    from envreg.adapters.bfcl_replay import replay_all
+    from envreg.runtime import EngineError, ImageNotFound, Runtime
+
+    chosen = [c for c in (category or ["all"]) for c in (bfcl.CATEGORIES if c == "all" else [c])]
+    if isolation not in ("local", "instance", "container"):
+        err.print(f"[red]error:[/] --isolation must be local, instance or container, not {isolation!r}")
+        raise typer.Exit(2)
+    try:
+        entries = bfcl.load_entries(chosen)
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    if limit is not None:
+        entries = [e for c in chosen for e in [x for x in entries if x.category == c][:limit]]
+    workers = concurrency or (1 if isolation == "local" else 16)
+    variant = "drop-last" if drop_last else "ground-truth"
+
+    async def main():
+        # warm units per image (8 images): a few ready containers each, or ready instances in shared ones
+        pool = {"local": {}, "container": {"container": 3}, "instance": {"instance": workers}}[isolation]
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("agree {task.fields[agree]} · disagree {task.fields[disagree]}"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=as_json,
+        ) as progress:
+            task = progress.add_task(
+                f"replay ({isolation}, {variant})", total=len(entries), agree=0, disagree=0
+            )
+            tally = {"agree": 0, "disagree": 0}
+
+            def advance(result) -> None:
+                tally["agree" if result.agree else "disagree"] += 1
+                progress.update(task, advance=1, **tally)
+
+            done = None
+            try:
+                async with Runtime(pool=pool) as rt:
+                    done = await replay_all(
+                        rt,
+                        entries,
+                        isolation=isolation,
+                        variant=variant,
+                        restore_each_turn=restore_each_turn,
+                        concurrency=workers,
+                        progress=advance,
+                    )
+                    rt.pool_sizes.clear()  # no more warm containers: the replay is over
+            except Exception as exc:
+                if done is None:
+                    raise
+                err.print(
+                    f"[yellow]warning:[/] cleaning up the runtime failed ({exc}); `envreg gc` removes leftovers"
+                )
+            return done
+
+    try:
+        report = anyio.run(main)
+    except (EngineError, ImageNotFound) as exc:
+        err.print(
+            f"[red]error:[/] {exc} (build the images first: `envreg build {' '.join(sorted(bfcl.env_name(c) for c in bfcl.CLASSES))}`)"
+        )
+        raise typer.Exit(1) from None
+
+    rows = report.by_category()
+    if as_json:
+        out.print_json(
+            json.dumps(
+                {
+                    "isolation": report.isolation,
+                    "variant": report.variant,
+                    "restore_each_turn": report.restore_each_turn,
+                    "seconds": round(report.seconds, 2),
+                    "categories": {c: dict(r) for c, r in rows.items()},
+                    "disagreements": [
+                        {"id": r.id, "envreg": r.envreg.__dict__, "bfcl": r.bfcl.__dict__}
+                        for r in report.disagreements
+                    ],
+                }
+            )
+        )
+    else:
+        title = f"BFCL multi-turn replay · {report.isolation} · {report.variant}"
+        if report.restore_each_turn:
+            title += " · snapshot/restore every turn"
+        table = Table(title=title)
+        for col in ("category", "entries", "calls", "envreg valid", "BFCL valid", "agree", "disagree"):
+            table.add_column(col, justify="left" if col == "category" else "right")
+        total = {"entries": 0, "calls": 0, "envreg valid": 0, "bfcl valid": 0, "agree": 0}
+        for name, r in rows.items():
+            table.add_row(
+                name,
+                *(str(r[k]) for k in ("entries", "calls", "envreg valid", "bfcl valid", "agree")),
+                str(r["entries"] - r["agree"]),
+            )
+            for k in total:
+                total[k] += r[k]
+        table.add_row(
+            "[bold]all[/]",
+            *(f"[bold]{total[k]}[/]" for k in ("entries", "calls", "envreg valid", "bfcl valid", "agree")),
+            f"[bold]{total['entries'] - total['agree']}[/]",
+        )
+        out.print(table)
+        for r in report.disagreements[:20]:
+            out.print(f"[red]disagree[/] {r.id}: envreg {r.envreg} · BFCL {r.bfcl}")
+        out.print(f"wall time: {report.seconds:.1f} s ({isolation} tier, {workers} in flight)")
+    if report.disagreements:
+        raise typer.Exit(1)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="adapters")

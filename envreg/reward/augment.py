@@ -1,0 +1,236 @@
+"""Host side of COVERT augmentation: choose distractor tools from the catalog and build per-sandbox configs.
+
+The mechanism itself (formats, noise, injected errors, decoys) runs where tool results are produced:
+`envreg.env.augment`, in the environment server's instances and in local-tier sandboxes. This
+module decides *what* to apply, deterministically from a seed:
+
+```python
+config = augmentation_for("calendar", seed=7, formats=["json", "yaml"], errors=0.2, distractors=3)
+sb = await rt.sandbox("calendar", isolation="container", augment=config)   # MCP agents see it too
+labels = await sb.augmentation_labels()                                     # exported with the record
+```
+
+Distractors are the tools of *other* environments most similar to this environment's own tools.
+Similarity is the cosine of text vectors of each tool (name, description, parameter names): by
+default the synth graph's embeddings (`envreg.synth.embed`, sentence-transformers all-MiniLM-L6-v2,
+cached by content digest; needs ``envreg[synth]``), or any `embed` function, or ``embed="tfidf"``:
+TF-IDF vectors of the same text, which need nothing but the manifests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from envreg.env.augment import Augmentation, Format, unit
+
+Embed = Callable[[list[str]], Sequence[Sequence[float]]]
+Similarity = Embed | Literal["graph", "tfidf"]
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def load_catalog(folder: Path = Path("manifests")) -> dict[str, list[dict[str, Any]]]:
+    """Tools per environment, from the generated manifests (``manifests/*.json``)."""
+    catalog = {}
+    for path in sorted(folder.glob("*.json")):
+        manifest = json.loads(path.read_text())
+        catalog[manifest["name"]] = [
+            {k: t[k] for k in ("name", "description", "inputSchema", "annotations") if k in t}
+            for t in (_wire(t) for t in manifest["tools"])
+        ]
+    return catalog
+
+
+def _wire(tool: dict[str, Any]) -> dict[str, Any]:
+    """A manifest tool entry in MCP wire form."""
+    return {
+        "name": tool["name"],
+        "description": tool.get("description", ""),
+        "inputSchema": tool.get("input_schema") or tool.get("inputSchema") or {"type": "object"},
+        "annotations": tool.get("annotations", {}),
+    }
+
+
+def tool_text(tool: dict[str, Any]) -> str:
+    params = " ".join(tool.get("inputSchema", {}).get("properties", {}))
+    return f"{tool['name'].replace('_', ' ')}. {tool.get('description', '')} {params.replace('_', ' ')}"
+
+
+def tfidf_vectors(texts: list[str]) -> list[dict[str, float]]:
+    """Sparse unit TF-IDF vectors (the fallback when no embedding model is given)."""
+    docs = [Counter(_WORD.findall(t.lower())) for t in texts]
+    df = Counter(word for doc in docs for word in doc)
+    n = len(docs)
+    vectors = []
+    for doc in docs:
+        v = {w: c * math.log((1 + n) / (1 + df[w]) + 1) for w, c in doc.items()}
+        norm = math.sqrt(sum(x * x for x in v.values())) or 1.0
+        vectors.append({w: x / norm for w, x in v.items()})
+    return vectors
+
+
+def _cosine_sparse(a: dict[str, float], b: dict[str, float]) -> float:
+    if len(a) > len(b):
+        a, b = b, a
+    return sum(x * b.get(w, 0.0) for w, x in a.items())
+
+
+def _dense_scores(vectors: Sequence[Sequence[float]], n_own: int) -> list[float]:
+    """For each vector after the first `n_own`, its best cosine with one of the first `n_own`."""
+    import numpy as np
+
+    matrix = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    matrix = matrix / np.where(norms == 0, 1, norms)
+    return (matrix[n_own:] @ matrix[:n_own].T).max(axis=1).tolist()
+
+
+@cache
+def graph_embed(cache_dir: Path | None = None) -> Embed:
+    """The synth tool graph's embedding model, cached on disk by content digest (``envreg[synth]``)."""
+    try:
+        from envreg.synth.embed import make_embedder
+    except ImportError as exc:
+        raise ImportError(
+            f"distractors by embeddings need the synth extra ({exc}): pip install 'envreg[synth]', "
+            "or pass embed='tfidf'"
+        ) from None
+    return make_embedder(cache_dir=cache_dir).encode
+
+
+def rank_distractors(
+    env: str, catalog: dict[str, list[dict[str, Any]]], embed: Similarity = "graph"
+) -> list[tuple[float, dict[str, Any]]]:
+    """Other environments' tools, most similar to any of `env`'s tools first (same-name tools excluded)."""
+    if env not in catalog:
+        raise ValueError(
+            f"no environment {env!r} in the catalog (have: {', '.join(sorted(catalog)) or 'none'})"
+        )
+    own = catalog[env]
+    own_names = {t["name"] for t in own}
+    others = [
+        t
+        for name, tools in sorted(catalog.items())
+        if name != env
+        for t in tools
+        if t["name"] not in own_names
+    ]
+    if not others:
+        return []
+    texts = [tool_text(t) for t in own + others]
+    if embed != "tfidf":
+        if embed == "graph":
+            embed = graph_embed()
+        scores = _dense_scores(embed(texts), len(own))
+    else:
+        sparse = tfidf_vectors(texts)
+        mine_s, theirs_s = sparse[: len(own)], sparse[len(own) :]
+        scores = [max(_cosine_sparse(o, m) for m in mine_s) for o in theirs_s]
+    ranked = sorted(zip(scores, others, strict=True), key=lambda p: (-p[0], p[1]["name"]))
+    seen: set[str] = set()
+    unique = []
+    for score, tool in ranked:
+        if tool["name"] not in seen:
+            seen.add(tool["name"])
+            unique.append((score, tool))
+    return unique
+
+
+def augmentation_for(
+    env: str,
+    *,
+    seed: int = 0,
+    formats: list[Format] | None = None,
+    noise: float = 0.0,
+    errors: float = 0.0,
+    distractors: int = 0,
+    catalog: dict[str, list[dict[str, Any]]] | None = None,
+    embed: Similarity = "graph",
+    pool: int = 3,
+) -> Augmentation:
+    """A deterministic augmentation for one sandbox of `env`.
+
+    `distractors` decoys are drawn (by the seed) from the `pool` * `distractors` most similar tools
+    of the other environments of `catalog` (default: ``manifests/``), by `embed` (see the module).
+    """
+    decoys: list[dict[str, Any]] = []
+    if distractors > 0:
+        ranked = rank_distractors(env, catalog if catalog is not None else load_catalog(), embed)
+        candidates = [tool for _, tool in ranked[: max(distractors, pool * distractors)]]
+        candidates.sort(key=lambda t: unit(seed, "decoy", t["name"]))
+        decoys = candidates[:distractors]
+    return Augmentation(
+        seed=seed, formats=formats or ["json"], noise=noise, errors=errors, distractors=decoys
+    )
+
+
+# query rewriting -------------------------------------------------------------------------------------
+REWRITE_SYSTEM = (
+    "You rewrite user requests to a tool-using assistant. Keep the meaning and every concrete value "
+    "(names, ids, emails, numbers, amounts, dates, times, places) exactly as written; change the wording, "
+    'the order and the tone. Answer with JSON only: {"query": "<the rewritten request>"}.'
+)
+
+
+def query_values(query: str, arguments: list[Any]) -> list[str]:
+    """The oracle's argument values that the query spells out: a rewrite must keep every one of them."""
+    found: list[str] = []
+
+    def visit(value: Any) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                visit(v)
+        elif isinstance(value, list):
+            for v in value:
+                visit(v)
+        elif not isinstance(value, bool) and isinstance(value, str | int | float):
+            text = json.dumps(value) if isinstance(value, int | float) else value
+            if len(text) >= 2 and text.lower() in query.lower() and text not in found:
+                found.append(text)
+
+    visit(arguments)
+    return found
+
+
+async def rewrite_queries(record: Any, llm: Any) -> Any:
+    """A copy of the `Trajectory` whose turns' queries an LLM rewrote, oracle preserved.
+
+    A rewrite is kept only when it still spells out every value of the turn's oracle calls that the
+    original query spelled out (`query_values`), so the same calls answer it; otherwise, or when the
+    model refuses or never answers the asked JSON, the original query stays. Each turn's outcome is
+    labelled in ``meta["augmentation_labels"]["queries"]``: ``rewritten``, or ``kept`` with the reason.
+    `llm` is an `envreg.synth.llm.LLMConfig` (any OpenAI-compatible endpoint).
+    """
+    from envreg.synth.llm import chat_json
+
+    def check(value: Any) -> None:
+        if (
+            not isinstance(value, dict)
+            or not isinstance(value.get("query"), str)
+            or not value["query"].strip()
+        ):
+            raise ValueError('expected {"query": "<text>"}')
+
+    out = record.model_copy(deep=True)
+    labels = []
+    for index, turn in enumerate(out.turns):
+        needed = query_values(turn.query, [c.arguments for c in turn.calls])
+        answer = await chat_json(llm, REWRITE_SYSTEM, f"Request: {turn.query}", check)
+        if answer is None:
+            labels.append({"turn": index, "kind": "kept", "reason": "no valid answer from the model"})
+            continue
+        rewritten = answer["query"].strip()
+        lost = [v for v in needed if v.lower() not in rewritten.lower()]
+        if lost:
+            labels.append({"turn": index, "kind": "kept", "reason": f"the rewrite lost {lost}"})
+            continue
+        labels.append({"turn": index, "kind": "rewritten", "original": turn.query})
+        turn.query = rewritten
+    out.meta.setdefault("augmentation_labels", {})["queries"] = labels
+    return out

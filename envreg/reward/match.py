@@ -1,0 +1,138 @@
+"""Trace matching and state comparison: the pure parts of the reward."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from envreg.canonical import canonical_json
+from envreg.env.scenario import strip_volatile
+
+
+def values_match(expected: Any, got: Any, rel_tol: float, abs_tol: float) -> bool:
+    """JSON equality, numbers within tolerance (a numeric string counts as its number)."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return expected == got and type(expected) is type(got)
+    if isinstance(expected, int | float) and isinstance(got, int | float | str):
+        try:
+            number = float(got)
+        except ValueError:
+            return False
+        return math.isclose(float(expected), number, rel_tol=rel_tol, abs_tol=abs_tol)
+    if isinstance(expected, dict):
+        return (
+            isinstance(got, dict)
+            and expected.keys() == got.keys()
+            and all(values_match(v, got[k], rel_tol, abs_tol) for k, v in expected.items())
+        )
+    if isinstance(expected, list):
+        return (
+            isinstance(got, list)
+            and len(expected) == len(got)
+            and all(values_match(a, b, rel_tol, abs_tol) for a, b in zip(expected, got, strict=True))
+        )
+    return expected == got
+
+
+def arguments_match(
+    expected: dict[str, Any], got: dict[str, Any], masked: Sequence[str], rel_tol: float, abs_tol: float
+) -> bool:
+    """Same argument names and values, except the masked ones (their values, or their absence, are free)."""
+    keys = (expected.keys() | got.keys()) - set(masked)
+    return all(
+        k in expected and k in got and values_match(expected[k], got[k], rel_tol, abs_tol) for k in keys
+    )
+
+
+def max_matching(n_got: int, edges: list[list[int]], ordered: bool) -> list[int]:
+    """For each expected item, the index of the predicted item it is matched to (-1: none), one-to-one.
+
+    `edges[i]` lists the predicted items that expected item `i` may match. Unordered: a maximum
+    bipartite matching (augmenting paths). Ordered: the longest common subsequence, so matched
+    calls keep the oracle's order.
+    """
+    n_expected = len(edges)
+    if ordered:
+        return _lcs(n_expected, n_got, edges)
+    owner = [-1] * n_got
+
+    def augment(i: int, seen: list[bool]) -> bool:
+        for j in edges[i]:
+            if not seen[j]:
+                seen[j] = True
+                if owner[j] == -1 or augment(owner[j], seen):
+                    owner[j] = i
+                    return True
+        return False
+
+    for i in range(n_expected):
+        augment(i, [False] * n_got)
+    assignment = [-1] * n_expected
+    for j, i in enumerate(owner):
+        if i != -1:
+            assignment[i] = j
+    return assignment
+
+
+def _lcs(n: int, m: int, edges: list[list[int]]) -> list[int]:
+    hit = [set(e) for e in edges]
+    table = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            table[i][j] = table[i + 1][j + 1] + 1 if j in hit[i] else max(table[i + 1][j], table[i][j + 1])
+    assignment, i, j = [-1] * n, 0, 0
+    while i < n and j < m:
+        if j in hit[i] and table[i][j] == table[i + 1][j + 1] + 1:
+            assignment[i] = j
+            i, j = i + 1, j + 1
+        elif table[i + 1][j] >= table[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return assignment
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON data as canonical JSON sees it (``True`` is not ``1``; ``1.0`` is ``1``), without
+    serializing either side."""
+    if type(a) is type(b):
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(json_equal(v, b[k]) for k, v in a.items())
+        if isinstance(a, list):
+            return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+        return a == b
+    if isinstance(a, bool) or isinstance(b, bool):
+        return False
+    return isinstance(a, int | float) and isinstance(b, int | float) and a == b
+
+
+def entities(state: dict[str, Any]) -> dict[str, str]:
+    """A state as entities: each item of a collection (an object of objects, or a list of objects
+    with an ``id``) is one entity; any other top-level field is one entity. Values are canonical JSON."""
+    out: dict[str, str] = {}
+    for key, value in state.items():
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            for item_key, item in value.items():
+                out[f"{key}.{item_key}"] = canonical_json(item)
+        elif isinstance(value, list) and value and all(isinstance(v, dict) and "id" in v for v in value):
+            for item in value:
+                out[f"{key}[{item['id']}]"] = canonical_json(item)
+        else:
+            out[key] = canonical_json(value)
+    return out
+
+
+def entity_score(
+    initial: dict[str, Any], expected: dict[str, Any], got: dict[str, Any], volatile: Sequence[str] = ()
+) -> tuple[float, list[str]]:
+    """Partial credit: the share of entities that the oracle or the prediction changed which end as
+    the oracle's. Returns the score and the entities that differ (1.0 and none when the states are equal)."""
+    before, want, have = (entities(strip_volatile(s, volatile)) for s in (initial, expected, got))
+    relevant = sorted(
+        k for k in want.keys() | have.keys() if want.get(k) != before.get(k) or have.get(k) != before.get(k)
+    )
+    wrong = [k for k in relevant if want.get(k) != have.get(k)]
+    if not relevant:
+        return 1.0, []
+    return 1 - len(wrong) / len(relevant), wrong

@@ -1,0 +1,173 @@
+"""`envreg reward serve`: a batched HTTP scoring endpoint (FastAPI, OpenAPI document, bearer token).
+
+``POST /v1/score`` takes up to `max_batch` items (record + raw model output) and answers one
+breakdown (or error) per item, in order. Evaluations run at most `concurrency` at once across all
+requests; sandboxes come from the runtime's warm pools and are reused between evaluations.
+Every route, ``/openapi.json`` included, needs ``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException
+
+from envreg.reward.batch import ItemResult, ScoreItem, score_items
+from envreg.reward.score import ScoreOptions, Scorer
+from envreg.runtime import Runtime
+
+
+@dataclass
+class RewardServerConfig:
+    token: str
+    isolation: str = "local"
+    concurrency: int = 16
+    max_batch: int = 1024
+    pool: dict[str, int] = field(default_factory=dict)
+    options: ScoreOptions = field(default_factory=ScoreOptions)
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+class ScoreRequest(BaseModel):
+    items: list[ScoreItem] = Field(description="What to score; answered in the same order.")
+    oracle: bool = Field(default=False, description="Score each record's own calls (checks the records).")
+
+
+class ScoreResponse(BaseModel):
+    results: list[ItemResult]
+    seconds: float = Field(description="Wall time of the batch on the server.")
+
+
+class Health(BaseModel):
+    status: str = "ok"
+    isolation: str
+    concurrency: int
+    max_batch: int
+    in_flight: int
+    scored: int
+
+
+class Error(BaseModel):
+    error: str
+
+
+async def serve(config: RewardServerConfig, host: str, port: int, ready: Any = None) -> None:
+    """Serve until cancelled or SIGINT / SIGTERM; `ready(url)` is called once the port is bound."""
+    import uvicorn
+
+    from envreg.daemon.serve import bind
+
+    sock = bind(host, port)  # raises OSError naming the address when it is taken
+    app = create_app(config)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: server.serve(sockets=[sock]))
+        while not server.started:
+            if server.should_exit:
+                return
+            await anyio.sleep(0.01)
+        bound = server.servers[0].sockets[0].getsockname()[1]
+        if ready is not None:
+            ready(f"http://{host}:{bound}")
+
+
+def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> FastAPI:
+    """The scoring app; it enters its own `Runtime` in its lifespan unless one is given."""
+    state: dict[str, Any] = {"scored": 0}
+    limiter = anyio.CapacityLimiter(max(1, config.concurrency))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if runtime is not None:
+            state["scorer"] = Scorer(
+                runtime, isolation=config.isolation, options=config.options, sources=config.sources
+            )
+            yield
+            return
+        async with Runtime(pool=config.pool) as rt:
+            state["scorer"] = Scorer(
+                rt, isolation=config.isolation, options=config.options, sources=config.sources
+            )
+            yield
+            await state["scorer"].close()
+
+    app = FastAPI(
+        title="envreg reward",
+        version="1",
+        description=__doc__,
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
+    bearer = HTTPBearer(auto_error=False, description="The token printed by `envreg reward serve`.")
+    expected = config.token.encode()
+
+    def authorized(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        given = (credentials.credentials if credentials else "").encode()
+        if not credentials or not hmac.compare_digest(given, expected):
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    auth = [Depends(authorized)]
+    errors = {
+        400: {
+            "model": Error,
+            "description": "Bad input (the whole request); bad items are answered per item.",
+        },
+        401: {"model": Error, "description": "Missing or wrong token."},
+        413: {"model": Error, "description": "More items than the server's batch limit."},
+    }
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()[:5]
+        )
+        return JSONResponse({"error": f"invalid request: {where}"}, status_code=400)
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/v1/healthz", response_model=Health, dependencies=auth, responses=errors)
+    async def healthz() -> Health:
+        return Health(
+            isolation=config.isolation,
+            concurrency=config.concurrency,
+            max_batch=config.max_batch,
+            in_flight=int(limiter.borrowed_tokens),
+            scored=state["scored"],
+        )
+
+    @app.post("/v1/score", response_model=ScoreResponse, dependencies=auth, responses=errors)
+    async def score(body: ScoreRequest) -> Response:
+        """Score a batch: one result (or error) per item, in order."""
+        if len(body.items) > config.max_batch:
+            raise HTTPException(
+                413, f"{len(body.items)} items; this server takes at most {config.max_batch} per request"
+            )
+        started = time.perf_counter()
+
+        def done(_: ItemResult) -> None:
+            state["scored"] += 1
+
+        results = await score_items(state["scorer"], body.items, limiter, oracle=body.oracle, on_done=done)
+        body_out = ScoreResponse(results=results, seconds=time.perf_counter() - started)
+        return Response(body_out.model_dump_json(), media_type="application/json")  # no re-validation
+
+    return app

@@ -1,0 +1,182 @@
+"""`envreg reward score` on files and `envreg reward serve` over real HTTP on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import anyio
+import httpx2
+import pytest
+from conftest import ROOT
+from reward_helpers import as_openai_messages, as_tool_call_tags, scenario_truth
+
+
+def envreg(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "envreg.cli.main", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def items() -> list[dict]:
+    bank = scenario_truth("bank", "pay_new_payee_chain")
+    cal = scenario_truth("calendar", "book_meeting_with_contact")
+    ok_bank = [c for c in bank["calls"] if not c["is_error"]]
+    return [
+        {"record": bank, "output": as_tool_call_tags(ok_bank)},
+        {"record": cal, "output": as_openai_messages(cal["calls"])},
+        {"record": bank, "output": as_tool_call_tags(ok_bank[:3])},
+        {"record": json.dumps(bank), "output": "<tool_call>{broken</tool_call>"},
+    ]
+
+
+def test_score_prints_a_table_and_a_summary(tmp_path, items) -> None:
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n".join(json.dumps(i) for i in items) + "\n")
+    proc = envreg("reward", "score", str(path))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:4] == ["#", "ID", "REWARD", "R_TRAJ"]
+    assert "bank/pay_new_payee_chain" in lines[1] and "1.000" in lines[1]
+    assert "4 scored, 0 failed" in proc.stderr
+
+
+def test_score_json_has_every_component(tmp_path, items) -> None:
+    path = tmp_path / "items.json"
+    path.write_text(json.dumps(items))
+    proc = envreg("reward", "score", str(path), "--json", "--partial-state")
+    assert proc.returncode == 0, proc.stderr
+    results = [json.loads(line)["result"] for line in proc.stdout.splitlines()]
+    assert [r["reward"] == 1.0 for r in results] == [True, True, False, False]
+    assert 0 < results[2]["r_state"] < 1, "partial credit for a partial run"
+    assert results[3]["malformed"] == 1 and results[3]["p_format"] == 1.0
+    for key in ("r_traj", "r_state", "p_length", "p_format", "states", "calls", "missing"):
+        assert key in results[0]
+
+
+def test_score_refuses_bad_input_clearly(tmp_path, items) -> None:
+    proc = envreg("reward", "score", str(tmp_path / "nope.jsonl"))
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(items[0]) + "\n{not json\n")
+    proc = envreg("reward", "score", str(bad))
+    assert proc.returncode == 2 and "bad.jsonl:2: not valid JSON" in proc.stderr
+    bare = tmp_path / "records.jsonl"
+    bare.write_text(json.dumps({"turns": []}) + "\n")
+    proc = envreg("reward", "score", str(bare))
+    assert proc.returncode == 2 and "--oracle" in proc.stderr
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(json.dumps(items[0]) + "\n" + json.dumps({"record": {"envs": []}, "output": ""}) + "\n")
+    proc = envreg("reward", "score", str(mixed))
+    assert proc.returncode == 1, "a bad record fails its item, not the run"
+    assert "1 scored, 1 failed" in proc.stderr and "item 1:" in proc.stderr
+
+
+class RewardServer:
+    def __init__(self, *args: str) -> None:
+        env = {**os.environ, "ENVREG_REWARD_TOKEN": "t0ken"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "envreg.cli.main", "reward", "serve", "--port", "0", *args],
+            cwd=ROOT, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        deadline = time.time() + 60
+        self.url = ""
+        while time.time() < deadline and not self.url:
+            line = self.proc.stderr.readline()
+            if match := re.search(r"(http://127\.0\.0\.1:\d+)", line):
+                self.url = match.group(1)
+            elif not line and self.proc.poll() is not None:
+                break
+        assert self.url, "the server printed its URL"
+        self.auth = {"authorization": "Bearer t0ken"}
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        return self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = RewardServer("--max-batch", "50", "--concurrency", "4")
+    yield s
+    assert s.stop() in (0, -15)
+
+
+def test_serve_scores_a_batch_in_order_with_per_item_errors(server, items) -> None:
+    batch = [*items, {"record": {"envs": ["bank"]}, "output": ""}]
+    response = httpx2.post(f"{server.url}/v1/score", json={"items": batch}, headers=server.auth, timeout=60)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [r["index"] for r in results] == list(range(len(batch)))
+    assert results[0]["result"]["reward"] == 1.0
+    assert results[3]["result"]["malformed"] == 1
+    assert "error" in results[4] and "initial_states" in results[4]["error"]
+
+
+def test_serve_needs_the_token_and_documents_itself(server) -> None:
+    assert httpx2.post(f"{server.url}/v1/score", json={"items": []}).status_code == 401
+    assert httpx2.get(f"{server.url}/openapi.json").status_code == 401
+    doc = httpx2.get(f"{server.url}/openapi.json", headers=server.auth).json()
+    assert "/v1/score" in doc["paths"] and "ScoreItem" in doc["components"]["schemas"]
+    health = httpx2.get(f"{server.url}/v1/healthz", headers=server.auth).json()
+    assert health["isolation"] == "local" and health["max_batch"] == 50
+
+
+def test_serve_bounds_batches_and_refuses_bad_bodies(server, items) -> None:
+    big = httpx2.post(
+        f"{server.url}/v1/score", json={"items": [items[0]] * 51}, headers=server.auth, timeout=60
+    )
+    assert big.status_code == 413 and "at most 50" in big.json()["error"]
+    bad = httpx2.post(f"{server.url}/v1/score", json={"things": []}, headers=server.auth)
+    assert bad.status_code == 400 and "items" in bad.json()["error"]
+
+
+def test_serve_answers_64_concurrent_requests(server, items) -> None:
+    async def main() -> list[int]:
+        statuses: list[int] = []
+        async with httpx2.AsyncClient(headers=server.auth, timeout=120) as client:
+
+            async def one() -> None:
+                r = await client.post(f"{server.url}/v1/score", json={"items": items[:2]})
+                statuses.append(r.status_code)
+                assert all(x["result"]["r_state"] == 1.0 for x in r.json()["results"])
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(64):
+                    tg.start_soon(one)
+        return statuses
+
+    assert anyio.run(main) == [200] * 64
+
+
+def test_fuzz_the_api_against_its_own_document(server) -> None:
+    """schemathesis: every generated request (valid or not) gets a documented answer, never a 5xx."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis import GenerationMode
+
+    auth = {"Authorization": server.auth["authorization"]}  # the header name schemathesis drops to probe auth
+    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json", headers=auth)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert {op.path for op in operations} == {"/v1/score", "/v1/healthz"}
+    for operation in operations:
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @given(case=operation.as_strategy(generation_mode=mode))
+            @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            def check(case) -> None:
+                response = case.call_and_validate(base_url=server.url, headers=auth)
+                assert response.status_code < 500, response.text
+                if response.status_code >= 400:
+                    assert response.json()["error"]
+
+            check()
