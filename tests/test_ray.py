@@ -201,6 +201,16 @@ async def test_snapshot_restore_and_fork_across_nodes(cluster) -> None:
         shared = await rt.fork(snap, 3, isolation="instance")
         assert [await s.state_sha256() for s in shared] == [at_snapshot] * 3
 
+        # leases are the runtime's, whichever node holds the sandbox
+        leased = await rt.sandbox("bank", isolation="container", ttl=0.5)
+        node = rt.backend.node_of(leased.server)
+        with anyio.fail_after(10):
+            while leased.ended is None:
+                await anyio.sleep(0.1)
+        assert leased.ended == "its lease expired"
+        assert leased.server.id not in node.servers
+        assert not docker.from_env().containers.list(all=True, filters={"id": leased.server.id})
+
 
 DRIVER = """
 import asyncio, json, sys
