@@ -36,9 +36,10 @@ class Runtime:
         forks = await rt.fork(await sb.snapshot(), 8, isolation="instance")
     ```
 
-    `backend` runs the isolated tiers (``"docker"``, the default, or a `Backend`); the local tier always
-    runs in this process. `pool` gives warm-pool sizes per tier (or per ``"<tier>:<image id>"``); a pool
-    is refilled in the background from its first acquire on, and `warm()` fills one at once. The
+    `backend` runs the isolated tiers (``"docker"``, the default, ``"ray"``, or a `Backend`); the local
+    tier always runs in this process. Other keyword arguments are the backend's options, e.g.
+    ``Runtime(backend="ray", address="auto")``. `pool` gives warm-pool sizes per tier (or per
+    ``"<tier>:<image id>"``); a pool is refilled in the background from its first acquire on, and `warm()` fills one at once. The
     isolated tiers need the runtime entered as a context manager: leaving it removes every container
     and network it made.
     The gateway answers ``127.0.0.1``/``localhost``/``[::1]`` at its port and `allowed_hosts`
@@ -63,6 +64,7 @@ class Runtime:
         limits: Any = None,
         allowed_hosts: Sequence[str] = (),
         cors_origins: Sequence[str] = (),
+        **backend_options: Any,
     ) -> None:
         self.id = "rt_" + secrets.token_hex(6)
         self.snapshots = snapshots or SnapshotStore()
@@ -80,7 +82,7 @@ class Runtime:
         self._lane: Any = None
         self.instances_per_container = instances_per_container
         self._backend_choice = backend
-        self._backend_options = {"limits": limits} if limits is not None else {}
+        self._backend_options = {**({"limits": limits} if limits is not None else {}), **backend_options}
         self._local = Placement(LocalBackend(), lambda key, dedicated: 0, instances_per_server=1 << 30)
         self._isolated: Placement | None = None
         self._resolved: dict[tuple[str, Any], EnvSpec] = {}
@@ -272,12 +274,12 @@ class Runtime:
         tier = "container" if dedicated else "instance"
         return self.pool_sizes.get(f"{tier}:{key}", self.pool_sizes.get(tier, 0))
 
-    def _on_death(self, server_id: str) -> None:
-        """End the sandboxes of a server that died, as soon as the backend says so."""
+    def _on_death(self, server_id: str, reason: str | None = None) -> None:
+        """End the sandboxes of a server that died, as soon as the backend says so (and why, if it can)."""
         for sandbox in list(self.sandboxes.values()):
             if sandbox.server.id == server_id and sandbox.ended is None:
                 noun = getattr(self.backend, "server_noun", "server")
-                sandbox.ended = f"its {noun} died"
+                sandbox.ended = reason or f"its {noun} died"
                 if self._task_group is not None:
                     self._task_group.start_soon(sandbox.close, sandbox.ended)
         if self._isolated is not None:

@@ -127,8 +127,9 @@ class Backend(abc.ABC):
     async def status(self, server: Server) -> str:
         """``"running"``, or why not (``"exited (exit code 137, OOM-killed)"``, ``"removed"``)."""
 
-    def watch(self, on_death: Callable[[str], None]) -> None:  # noqa: B027 - optional
-        """Call `on_death(server_id)` from the event loop when a server dies (backends that can tell)."""
+    def watch(self, on_death: Callable[..., None]) -> None:  # noqa: B027 - optional
+        """Call `on_death(server_id)` (or `on_death(server_id, reason)`) from the event loop when a server dies
+        (backends that can tell)."""
 
     @abc.abstractmethod
     async def close(self) -> None:
