@@ -11,7 +11,11 @@
 | `ENVREG_REGISTRY_USERNAME`, `ENVREG_REGISTRY_PASSWORD` | registry credentials | Docker's store |
 | `ENVREG_INSECURE_REGISTRIES` | comma-separated registries spoken to over plain HTTP | loopback only |
 | `ENVREG_DAEMON_URL`, `ENVREG_TOKEN` | the daemon the CLI talks to (else `$ENVREG_HOME/daemon.json`) | none |
+| `ENVREG_AGENT_TOKEN` | bearer token an environment server requires on its MCP agent plane | none |
+| `ENVREG_REWARD_TOKEN` | bearer token of `envreg reward serve` | a new one |
+| `ENVREG_CACHE` | embedding cache of synthesis and distractor ranking | `$ENVREG_HOME/cache` |
 | `ENVREG_PROGRESS` | `1` forces progress bars even without a terminal | unset |
+| `ENVREG_STARTUP_TRACE` | `1` makes an environment server print where its start went | unset |
 """
 
 from __future__ import annotations
@@ -66,7 +70,24 @@ def insecure_registries() -> list[str]:
 
 def daemon_override() -> tuple[str | None, str | None]:
     """(``$ENVREG_DAEMON_URL``, ``$ENVREG_TOKEN``)."""
-    return _get("ENVREG_DAEMON_URL"), _get("ENVREG_TOKEN")
+    return _get("ENVREG_DAEMON_URL"), daemon_token()
+
+
+def daemon_token() -> str | None:
+    return _get("ENVREG_TOKEN")
+
+
+def reward_token() -> str | None:
+    return _get("ENVREG_REWARD_TOKEN")
+
+
+def cache_dir() -> Path:
+    value = _get("ENVREG_CACHE")
+    return Path(value) if value else envreg_home() / "cache"
+
+
+def startup_trace() -> bool:
+    return bool(_get("ENVREG_STARTUP_TRACE"))
 
 
 def force_progress() -> bool:

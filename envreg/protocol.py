@@ -49,6 +49,8 @@ LEASE_LABEL = f"{LABEL}.lease"
 EXPIRES_LABEL = f"{LABEL}.expires"
 ISOLATION_LABEL = f"{LABEL}.isolation"
 KEEPER_LABEL = f"{LABEL}.keeper"
+TOOLS_LABEL = f"{LABEL}.tools"
+"""Optional on an image: comma-separated tool names (lets search skip the manifest fetch)."""
 
 # --- isolation tiers -----------------------------------------------------------------------------
 Isolation = Literal["local", "instance", "container"]

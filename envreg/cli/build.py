@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from envreg.protocol import MANIFEST_DIGEST_LABEL
+
 err = Console(stderr=True)
 out = Console()
 
@@ -68,7 +70,7 @@ def _would_move(image: Any) -> str | None:
     current = _inspect(image.tag)
     if current is None:
         return None
-    label = (current["Config"].get("Labels") or {}).get("io.envreg.manifest.digest", "")
+    label = (current["Config"].get("Labels") or {}).get(MANIFEST_DIGEST_LABEL, "")
     if label == image.manifest_digest:
         return None
     return (
@@ -125,6 +127,7 @@ def build(
 
     A version names one environment: an existing envreg/<name>:<version> whose manifest digest differs
     from the new build's is not moved (bump the version), unless --force."""
+    from envreg.config import manifests_dir as config_manifests_dir
     from envreg.docker_engine import EngineUnavailable, require_engine
     from envreg.env import load_environment
     from envreg.env.loader import known_names
@@ -148,7 +151,7 @@ def build(
         os.environ["ENVREG_IMAGES"] = str(images_dir.resolve())
     elif "ENVREG_IMAGES" not in os.environ and (p.root / "images").is_dir():
         os.environ["ENVREG_IMAGES"] = str(p.root / "images")
-    mdir = (manifests_dir or Path(os.environ.get("ENVREG_MANIFESTS", p.root / "manifests"))).resolve()
+    mdir = (manifests_dir or config_manifests_dir() or p.root / "manifests").resolve()
 
     refs = names or known_names()
     if not refs:
@@ -249,7 +252,7 @@ def build(
         if info is None:
             err.print(f"[red]error:[/] {tag} is missing after the build")
             raise typer.Exit(1)
-        label = (info["Config"].get("Labels") or {}).get("io.envreg.manifest.digest", "")
+        label = (info["Config"].get("Labels") or {}).get(MANIFEST_DIGEST_LABEL, "")
         if mdigest and label != mdigest:
             err.print(f"[red]error:[/] {tag} carries manifest digest {label!r}, expected {mdigest}")
             raise typer.Exit(1)

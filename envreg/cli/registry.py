@@ -89,9 +89,9 @@ def progress(label: str, *, quiet: bool = False) -> Iterator[Callable[[dict[str,
 
 
 def _force_progress() -> bool:
-    import os
+    from envreg.config import force_progress
 
-    return os.environ.get("ENVREG_PROGRESS") == "1"
+    return force_progress()
 
 
 def _short(d: str | None) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sys
 import time
@@ -181,12 +180,13 @@ def serve(
     """Serve POST /v1/score (batched, OpenAPI at /openapi.json) until Ctrl-C."""
     import anyio
 
+    from envreg.config import reward_token
     from envreg.reward.score import ScoreOptions
     from envreg.reward.server import RewardServerConfig
     from envreg.reward.server import serve as serve_app
 
     _check_tier(isolation)
-    token = token or os.environ.get("ENVREG_REWARD_TOKEN") or secrets.token_urlsafe(32)
+    token = token or reward_token() or secrets.token_urlsafe(32)
     config = RewardServerConfig(
         token=token,
         isolation=isolation,

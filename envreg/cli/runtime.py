@@ -135,6 +135,7 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Run the runtime daemon: a REST control API (OpenAPI at /openapi.json) and the MCP gateway, on one port."""
+    from envreg.config import daemon_token
     from envreg.daemon.serve import DaemonConfig, daemon_file, read_daemon_file
     from envreg.daemon.serve import serve as run
 
@@ -146,7 +147,7 @@ def serve(
         )
     if lease_ttl <= 0 or max_sandboxes < 1:
         raise fail("--lease-ttl and --max-sandboxes must be positive", 2)
-    token = token or os.environ.get("ENVREG_TOKEN") or None
+    token = token or daemon_token()
     config = DaemonConfig(
         host=host,
         port=port,

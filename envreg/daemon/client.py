@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 from urllib.parse import quote
 
 import httpx2
 
+from envreg.config import daemon_override
 from envreg.daemon.serve import daemon_file, read_daemon_file
 
 START_HINT = "start one with `envreg serve` (or `envreg serve &` to keep this shell)"
@@ -36,9 +36,8 @@ class DaemonClient:
     @classmethod
     def discover(cls) -> DaemonClient:
         """The daemon named by $ENVREG_DAEMON_URL + $ENVREG_TOKEN, or by $ENVREG_HOME/daemon.json."""
-        url = os.environ.get("ENVREG_DAEMON_URL")
+        url, token = daemon_override()
         if url:
-            token = os.environ.get("ENVREG_TOKEN")
             if not token:
                 raise DaemonNotRunning("ENVREG_DAEMON_URL is set but ENVREG_TOKEN is not: set both")
             return cls(url, token)

@@ -19,7 +19,7 @@ import anyio
 import httpx2
 import uvicorn
 
-from envreg.home import envreg_home
+from envreg.config import envreg_home
 from envreg.runtime.gateway import QuietServer
 
 logger = logging.getLogger("envreg.daemon")

@@ -75,4 +75,3 @@ class Limits(BaseModel):
                     }
                 ],
             )
-

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envreg.config import checkout_root
+
 
 def repo_root() -> Path:
     """The envreg checkout: `$ENVREG_ROOT`, else the nearest folder above cwd holding docker-bake.hcl, else
     the folder above the installed package."""
-    if env := os.environ.get("ENVREG_ROOT"):
-        return Path(env).resolve()
+    if (root := checkout_root()) is not None:
+        return root
     here = Path.cwd().resolve()
     for p in (here, *here.parents):
         if (p / "docker-bake.hcl").is_file() and (p / "pyproject.toml").is_file():

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx2
 
+from envreg.config import envreg_home, insecure_registries, registry_credentials
 from envreg.registry.errors import AuthError, NotFound, RegistryError, VerificationError
 from envreg.registry.refs import normalize_registry
 
@@ -54,9 +55,8 @@ class Credentials:
 
 def docker_credentials(registry: str) -> Credentials | None:
     """Credentials for `registry` from the environment or the Docker credential store, or None."""
-    user = os.environ.get("ENVREG_REGISTRY_USERNAME")
-    if user:
-        return Credentials(user, os.environ.get("ENVREG_REGISTRY_PASSWORD", ""))
+    if (given := registry_credentials()) is not None:
+        return Credentials(*given)
     try:
         import docker.auth
 
@@ -125,9 +125,7 @@ class RegistryClient:
         if credentials is True:
             credentials = docker_credentials(self.registry)
         self.credentials: Credentials | None = credentials or None
-        insecure = {
-            r.strip() for r in os.environ.get("ENVREG_INSECURE_REGISTRIES", "").split(",") if r.strip()
-        }
+        insecure = set(insecure_registries())
         self.scheme = scheme or (
             "http" if is_loopback(self.registry) or self.registry in insecure else "https"
         )
@@ -381,7 +379,6 @@ class RegistryClient:
 
     def _cached_blob(self, repository: str, digest: str) -> bytes:
         """Config blobs are content-addressed and small: keep them under $ENVREG_HOME/cache/blobs."""
-        from envreg.home import envreg_home
 
         path = envreg_home() / "cache" / "blobs" / digest.replace(":", "/")
         if path.is_file():

@@ -14,17 +14,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from envreg.docker_engine import docker_client
 from envreg.manifest import Manifest
+from envreg.protocol import MANIFEST_DIGEST_LABEL, NAME_LABEL, VERSION_LABEL
 from envreg.registry.errors import NotFound, RegistryError, VerificationError
 from envreg.source import MANIFEST_FILE, file_sha256, is_source, source_differences, summarize
 
 if TYPE_CHECKING:
     from envreg.registry.index import IndexRecord
 
-LABEL_NAME = "io.envreg.name"
-LABEL_VERSION = "io.envreg.version"
-LABEL_MANIFEST = "io.envreg.manifest.digest"
-LABEL_TOOLS = "io.envreg.tools"  # optional: comma-separated tool names (lets search skip the manifest fetch)
 ENV_DIR = "/env"
 MANIFEST_PATH = f"{ENV_DIR}/{MANIFEST_FILE}"
 
@@ -38,17 +36,7 @@ def client():
 
 @lru_cache(maxsize=1)
 def _client():
-    import docker
-
-    try:
-        c = docker.from_env(timeout=600)
-        c.ping()
-    except Exception as exc:
-        raise RegistryError(
-            f"the Docker engine is not reachable ({exc.__class__.__name__}: {exc})",
-            "start it with `scripts/setup-docker` (as root), or point DOCKER_HOST at a running engine",
-        ) from None
-    return c
+    return docker_client(timeout=600)
 
 
 @dataclass(frozen=True)
@@ -62,15 +50,15 @@ class ImageInfo:
 
     @property
     def name(self) -> str | None:
-        return self.labels.get(LABEL_NAME)
+        return self.labels.get(NAME_LABEL)
 
     @property
     def version(self) -> str | None:
-        return self.labels.get(LABEL_VERSION)
+        return self.labels.get(VERSION_LABEL)
 
     @property
     def manifest_digest(self) -> str | None:
-        return self.labels.get(LABEL_MANIFEST)
+        return self.labels.get(MANIFEST_DIGEST_LABEL)
 
     @property
     def manifest_path(self) -> str:
@@ -146,7 +134,7 @@ def verified_manifest(info: ImageInfo, ref: str | None = None) -> Manifest:
 
 def _require_labels(info: ImageInfo, what: str) -> None:
     if not info.name or not info.version or not info.manifest_digest:
-        missing = [k for k in (LABEL_NAME, LABEL_VERSION, LABEL_MANIFEST) if not info.labels.get(k)]
+        missing = [k for k in (NAME_LABEL, VERSION_LABEL, MANIFEST_DIGEST_LABEL) if not info.labels.get(k)]
         raise VerificationError(
             f"{what} is not an envreg environment image (no {', '.join(missing)} label)",
             "environment images are built with `envreg build`",
@@ -164,7 +152,7 @@ def _checked_manifest(info: ImageInfo, raw: bytes, what: str) -> Manifest:
         raise VerificationError(f"{what}: {exc}") from None
     if manifest.digest != info.manifest_digest:
         raise VerificationError(
-            f"{what}: its label {LABEL_MANIFEST}={info.manifest_digest} does not match the manifest it carries "
+            f"{what}: its label {MANIFEST_DIGEST_LABEL}={info.manifest_digest} does not match the manifest it carries "
             f"({manifest.digest}); the image was altered after it was built"
         )
     if (manifest.name, manifest.version) != (info.name, info.version):

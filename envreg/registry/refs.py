@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
+
+from envreg import config
+from envreg.config import image_prefix
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 DEFAULT_NAMESPACE = "envreg"
 
 
-def image_prefix() -> str:
-    """Local repository prefix: `envreg/` (tags are `envreg/<name>:<version>`); `$ENVREG_IMAGE_PREFIX` overrides."""
-    return os.environ.get("ENVREG_IMAGE_PREFIX", "envreg/")
-
-
 def default_registry(registry: str | None) -> str | None:
     """The registry given, else `$ENVREG_REGISTRY`, else None."""
-    return registry or os.environ.get("ENVREG_REGISTRY") or None
+    return registry or config.default_registry()
 
 
 def local_repo(name: str) -> str:

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envreg.config import envreg_home
 from envreg.manifest import Manifest
+from envreg.protocol import MANIFEST_DIGEST_LABEL, NAME_LABEL, TOOLS_LABEL, VERSION_LABEL
 from envreg.registry.client import Credentials, RegistryClient, RemoteImage
-from envreg.registry.engine import LABEL_MANIFEST, LABEL_NAME, LABEL_TOOLS, LABEL_VERSION
 from envreg.registry.errors import RegistryError
 from envreg.registry.index import LocalIndex
 from envreg.registry.refs import default_registry, normalize_registry
@@ -55,7 +56,6 @@ def _numeric(version: str) -> list[int]:
 
 
 def _manifest_cache(digest: str) -> Path:
-    from envreg.home import envreg_home
 
     return envreg_home() / "cache" / "manifests" / f"{digest.replace(':', '-')}.json"
 
@@ -77,7 +77,7 @@ def _cached_manifest(digest: str, index: LocalIndex) -> Manifest | None:
 def remote_manifest(rc: RegistryClient, img: RemoteImage, index: LocalIndex) -> Manifest | None:
     """The environment manifest of a registry image, without pulling it: the local index, the cache, or the
     small top layer that holds `/env/manifest.json` (verified against the label before it is believed)."""
-    digest = img.labels.get(LABEL_MANIFEST)
+    digest = img.labels.get(MANIFEST_DIGEST_LABEL)
     if not digest:
         return None
     cached = _cached_manifest(digest, index)
@@ -124,7 +124,7 @@ def remote_images(
                 continue
             img.tags.append(t)
             seen[img.digest] = img
-        return [i for i in seen.values() if i.labels.get(LABEL_NAME)]
+        return [i for i in seen.values() if i.labels.get(NAME_LABEL)]
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         found = [img for imgs in pool.map(per_repo, repos) for img in imgs]
@@ -169,11 +169,11 @@ def search(
 
             def one(img: RemoteImage) -> SearchHit | None:
                 labels = img.labels
-                name, version = labels[LABEL_NAME], labels.get(LABEL_VERSION, "?")
+                name, version = labels[NAME_LABEL], labels.get(VERSION_LABEL, "?")
                 desc = labels.get("org.opencontainers.image.description", "")
                 tool_descs: list[str] = []
-                if labels.get(LABEL_TOOLS):
-                    tools = [t for t in labels[LABEL_TOOLS].split(",") if t]
+                if labels.get(TOOLS_LABEL):
+                    tools = [t for t in labels[TOOLS_LABEL].split(",") if t]
                 else:
                     m = remote_manifest(rc, img, index)
                     tools = [t.name for t in m.tools] if m else []
@@ -190,7 +190,7 @@ def search(
                     matched,
                     tools,
                     img.config_digest,
-                    labels.get(LABEL_MANIFEST),
+                    labels.get(MANIFEST_DIGEST_LABEL),
                     f"{rc.registry}/{img.repository}@{img.digest}",
                 )
 

@@ -12,9 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from envreg.protocol import MANIFEST_DIGEST_LABEL, NAME_LABEL, VERSION_LABEL
 from envreg.registry import engine
 from envreg.registry.client import Credentials, RegistryClient
-from envreg.registry.engine import LABEL_MANIFEST, LABEL_NAME, LABEL_VERSION, Progress
+from envreg.registry.engine import Progress
 from envreg.registry.errors import NotFound, RegistryError, VerificationError
 from envreg.registry.index import IndexRecord, LocalIndex
 from envreg.registry.lockfile import LockEntry, Lockfile, check_expected
@@ -150,7 +151,7 @@ def _find_by_digest(rc: RegistryClient, repository: str, digest: str) -> tuple[s
         if doc["config"]["digest"] == digest:
             return mdigest, doc
         labels = rc.config_labels(repository, doc["config"]["digest"])
-        if labels.get(LABEL_MANIFEST) == digest:
+        if labels.get(MANIFEST_DIGEST_LABEL) == digest:
             return mdigest, doc
     raise NotFound(f"{rc.registry}/{repository} has no image with digest {digest}")
 
@@ -195,8 +196,8 @@ def pull(
         what = str(pinned)
 
         # 1. The registry's own metadata against what was asked for (nothing transferred yet).
-        name, version = labels.get(LABEL_NAME), labels.get(LABEL_VERSION)
-        if not name or not version or not labels.get(LABEL_MANIFEST):
+        name, version = labels.get(NAME_LABEL), labels.get(VERSION_LABEL)
+        if not name or not version or not labels.get(MANIFEST_DIGEST_LABEL):
             raise VerificationError(
                 f"{what} is not an envreg environment image (no io.envreg.* labels)",
                 "push environments with `envreg push`",
@@ -211,16 +212,16 @@ def pull(
                 f"{remote} is labelled version {version}, not {remote.tag}: the tag was moved",
                 "pull by a digest you trust (`envreg pull --locked`)",
             )
-        if remote.digest and remote.digest not in (mdigest, config_digest, labels.get(LABEL_MANIFEST)):
+        if remote.digest and remote.digest not in (mdigest, config_digest, labels.get(MANIFEST_DIGEST_LABEL)):
             raise VerificationError(f"{what} does not have the digest {remote.digest} that was asked for")
         if expect is not None:
-            check_expected(expect, name, version, config_digest, labels.get(LABEL_MANIFEST), what)
+            check_expected(expect, name, version, config_digest, labels.get(MANIFEST_DIGEST_LABEL), what)
         recorded = index.get(name, version)
         if recorded and recorded.image_id != config_digest and not replace:
             raise VerificationError(
                 f"{name}:{version} is recorded here as image {short(recorded.image_id)} (manifest "
                 f"{short(recorded.manifest_digest)}), but {remote} is image {short(config_digest)} "
-                f"(manifest {short(labels.get(LABEL_MANIFEST))}): the tag now points at another image",
+                f"(manifest {short(labels.get(MANIFEST_DIGEST_LABEL))}): the tag now points at another image",
                 f"pull a pinned digest (`envreg pull {name}@{recorded.image_id}`), or replace the recorded "
                 f"version on purpose: `envreg pull {ref} --replace`",
             )
@@ -301,16 +302,16 @@ def lock(
                         remote.repository, env.version or _newest_tag(rc, remote.repository)
                     )
                 labels = rc.config_labels(remote.repository, doc["config"]["digest"])
-            if labels.get(LABEL_NAME) != env.name or not labels.get(LABEL_MANIFEST):
+            if labels.get(NAME_LABEL) != env.name or not labels.get(MANIFEST_DIGEST_LABEL):
                 raise VerificationError(
-                    f"{remote} is not the environment {env.name} (labels: {labels.get(LABEL_NAME)})"
+                    f"{remote} is not the environment {env.name} (labels: {labels.get(NAME_LABEL)})"
                 )
             entries.append(
                 LockEntry(
                     env.name,
-                    labels[LABEL_VERSION],
+                    labels[VERSION_LABEL],
                     doc["config"]["digest"],
-                    labels[LABEL_MANIFEST],
+                    labels[MANIFEST_DIGEST_LABEL],
                     remote.repo,
                     mdigest,
                 )

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from envreg.config import startup_trace
 from envreg.protocol import AGENT_PORT, CONTROL_PORT, ENV_AGENT_TOKEN, ENV_TOKEN
 
 
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if not token:
         print(f"error: the control plane needs a token: pass --token or set {ENV_TOKEN}", file=sys.stderr)
         return 2
-    trace = Startup() if os.environ.get("ENVREG_STARTUP_TRACE") else None
+    trace = Startup() if startup_trace() else None
     from envreg.server.app import ServerConfig, serve
 
     if trace:

