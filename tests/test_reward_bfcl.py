@@ -18,12 +18,10 @@ from typing import Any
 import anyio
 import pytest
 
+from envreg.adapters import bfcl
+from envreg.adapters.bfcl_replay import bfcl_verdict, expected_run, model_turns, reset_bfcl_globals
 from envreg.reward.score import Scorer
 from envreg.runtime import Runtime
-
-bfcl = pytest.importorskip("envreg.adapters.bfcl")
-pytest.importorskip("bfcl_eval")
-from envreg.adapters.bfcl_replay import bfcl_verdict, expected_run, model_turns, reset_bfcl_globals  # noqa: E402
 
 
 def turn_records(entry: Any) -> list[tuple[int, dict[str, Any]]]:

@@ -4,7 +4,6 @@ reference environments pass every check (through the CLI, with its JSON and JUni
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -113,15 +112,6 @@ def test_every_check_ran_on_the_broken_environments(broken_reports: dict[str, En
             assert not r.summary.startswith("the check could not run"), (case, r.name, r.summary)
 
 
-# Until issue 8's honest schemas for naive times land (branch `schemas`), the catalog declares naive
-# date-times as RFC 3339 `format: date-time`, and the schema checks rightly refuse them. Strict: once the
-# schema generator is there this must pass, and the marker must go.
-SCHEMAS_LANDED = importlib.util.find_spec("envreg.env.schema") is not None
-
-
-@pytest.mark.xfail(
-    not SCHEMAS_LANDED, reason="naive date-times declared as format date-time (issue 8 item 7)", strict=True
-)
 def test_reference_environments_pass_every_check(reference_images, tmp_path: Path) -> None:
     """The CLI as CI runs it: folders of the catalog, a JSON report on stdout and a JUnit file."""
     junit = tmp_path / "validate.xml"
@@ -174,12 +164,6 @@ def test_unknown_image_is_an_error_not_a_crash(docker_engine, tmp_path: Path) ->
     assert not reports[0].passed
 
 
-SOURCE_DIGESTS = importlib.util.find_spec("envreg.source") is not None
-
-
-@pytest.mark.skipif(
-    not SOURCE_DIGESTS, reason="manifests record source digests from issue 8 item 6 (branch schemas) on"
-)
 def test_a_folder_changed_after_its_build_is_caught(reference_images, tmp_path: Path) -> None:
     images = tmp_path / "images"
     shutil.copytree(FIXTURES / "ci-repo" / "images", images)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from envreg.home import envreg_home
+from envreg.config import envreg_home
 from envreg.manifest import Manifest
 from envreg.registry.errors import NotFound, RegistryError
 from envreg.registry.refs import EnvRef, is_digest, local_tag, short, version_key

@@ -24,24 +24,12 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from envreg.protocol import GATEWAY_PREFIX
+from envreg.runtime.gateway import HOP_BY_HOP, NOT_FORWARDED
 
 logger = logging.getLogger("envreg.gateway")
 
 MAX_HEAD = 64 * 1024
 IDLE_SECONDS = 30.0  # pooled upstream connections, below the environment server's keep-alive
-_HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"transfer-encoding",
-        b"te",
-        b"trailer",
-        b"upgrade",
-        b"proxy-authorization",
-        b"proxy-connection",
-    }
-)
-_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"authorization", b"content-length", b"origin"}
 _LEAVE = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"origin"})
 _LOOPBACK = (b"127.0.0.1", b"localhost", b"[::1]")
 
@@ -109,7 +97,7 @@ class Lane:
                 length = int(value)
             elif name == b"connection":
                 keep_alive = b"close" not in value.lower()
-            if name not in _NOT_FORWARDED:
+            if name not in NOT_FORWARDED:
                 headers.append((name, value))
         if host not in self.hosts or auth is None or length is None or length > self.max_body:
             return None
@@ -299,7 +287,7 @@ class Exchange:
         """The answer's head for the client (hop-by-hop headers dropped; a stream is re-chunked)."""
         out = [STATUS_LINE[status] if 100 <= status < 600 else b"HTTP/1.1 %d \r\n" % status]
         for name, value in headers:
-            if name not in _HOP_BY_HOP:
+            if name not in HOP_BY_HOP:
                 out.append(name + b": " + value + b"\r\n")
         self.chunked = length is None
         if self.chunked:

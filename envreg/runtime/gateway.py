@@ -27,7 +27,7 @@ from envreg.server.http import BodyTooLarge, bearer_matches, read_body
 
 logger = logging.getLogger("envreg.gateway")
 
-_HOP_BY_HOP = {
+HOP_BY_HOP = {
     b"connection",
     b"keep-alive",
     b"transfer-encoding",
@@ -38,8 +38,8 @@ _HOP_BY_HOP = {
     b"proxy-connection",
 }
 # Host and Origin were checked here (`AccessGuard`); the environment server sees the gateway as its client
-_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"authorization", b"content-length", b"origin"}
-_NOT_RELAYED = _HOP_BY_HOP | {b"date", b"server"}  # uvicorn sets its own
+NOT_FORWARDED = HOP_BY_HOP | {b"host", b"authorization", b"content-length", b"origin"}
+_NOT_RELAYED = HOP_BY_HOP | {b"date", b"server"}  # uvicorn sets its own
 _BROKEN = (httpx2.TransportError, UpstreamError, anyio.EndOfStream, anyio.IncompleteRead, OSError)
 PREFIX = GATEWAY_PREFIX
 HOW_TO_AUTHENTICATE = (
@@ -64,6 +64,17 @@ async def send_error(
     start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": [*start, *headers]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def relay(
+    send: Send, status: int, headers: Iterable[tuple[bytes, bytes]], chunks: AsyncIterator[bytes]
+) -> None:
+    """Relay an upstream answer as it comes, without hop-by-hop headers or the upstream's date/server."""
+    out = [(k.lower(), v) for k, v in headers if k.lower() not in _NOT_RELAYED]
+    await send({"type": "http.response.start", "status": status, "headers": out})
+    async for chunk in chunks:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
 
 
 def _reason(exc: BaseException) -> str:
@@ -116,7 +127,7 @@ class Gateway:
             await send_error(send, 413, f"request body over the {self.max_body} byte limit")
             return
         # values without surrounding whitespace, as RFC 9110 5.5 parses them (`Mcp-Name:  x ` is `x`)
-        headers = [(k, v.strip(b" \t")) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
+        headers = [(k, v.strip(b" \t")) for k, v in scope["headers"] if k not in NOT_FORWARDED]
         if upstream.token:
             headers.append((b"authorization", f"Bearer {upstream.token}".encode()))
         query = f"?{scope['query_string'].decode()}" if scope.get("query_string") else ""
@@ -205,31 +216,29 @@ class Gateway:
         receive: Receive,
         send: Send,
     ) -> None:
-        """Relay an upstream answer without hop-by-hop headers or the upstream's date/server.
-
-        An answer of known length is relayed as it is. A stream is relayed until it ends, the client
-        leaves, the sandbox ends or the gateway shuts down; an upstream that breaks off ends it.
+        """Relay an upstream answer (`relay`): one of known length as it is; a stream until it ends, the
+        client leaves, the sandbox ends or the gateway shuts down (an upstream that breaks off ends it).
         """
+        headers = list(headers)
+        if any(k.lower() == b"content-length" for k, _ in headers):
+            await relay(send, status, headers, chunks)
+            return
         out = [(k.lower(), v) for k, v in headers if k.lower() not in _NOT_RELAYED]
         await send({"type": "http.response.start", "status": status, "headers": out})
-        if any(k == b"content-length" for k, _ in out):
-            async for chunk in chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        else:
-            async with anyio.create_task_group() as tg:
-                if self._closing:
-                    tg.cancel_scope.cancel()
-                self._streams.add(tg.cancel_scope)
+        async with anyio.create_task_group() as tg:
+            if self._closing:
+                tg.cancel_scope.cancel()
+            self._streams.add(tg.cancel_scope)
+            try:
+                tg.start_soon(self._watch, sandbox, receive, tg.cancel_scope)
                 try:
-                    tg.start_soon(self._watch, sandbox, receive, tg.cancel_scope)
-                    try:
-                        async for chunk in chunks:
-                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    except _BROKEN as exc:
-                        logger.info("sandbox %s: its event stream broke off: %s", sandbox.id, _reason(exc))
-                    tg.cancel_scope.cancel()
-                finally:
-                    self._streams.discard(tg.cancel_scope)
+                    async for chunk in chunks:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                except _BROKEN as exc:
+                    logger.info("sandbox %s: its event stream broke off: %s", sandbox.id, _reason(exc))
+                tg.cancel_scope.cancel()
+            finally:
+                self._streams.discard(tg.cancel_scope)
         await send({"type": "http.response.body", "body": b""})
 
     @staticmethod

@@ -22,7 +22,7 @@ import httpx2
 from starlette.types import Receive, Scope, Send
 
 from envreg.runtime.backends.base import Server
-from envreg.runtime.gateway import _NOT_FORWARDED, _relay
+from envreg.runtime.gateway import NOT_FORWARDED, relay
 from envreg.runtime.upstream import UpstreamError, UpstreamPool
 from envreg.server.http import BodyTooLarge, bearer_matches, read_body, send_json
 
@@ -79,14 +79,14 @@ class NodeProxy:
         )
         address = urlsplit(base)
         host, port = address.hostname or "", address.port or 80
-        headers = [(k, v) for k, v in scope["headers"] if k not in _NOT_FORWARDED]
+        headers = [(k, v) for k, v in scope["headers"] if k not in NOT_FORWARDED]
         headers += [(k.encode(), v.encode()) for k, v in auth.items()]
         target = rest + (f"?{scope['query_string'].decode()}" if scope.get("query_string") else "")
         try:
             if scope["method"] == "POST":
                 response = await self.upstream.post((server_id, host, port), target, headers, body)
                 try:
-                    await _relay(send, response.status, response.headers, response.body)
+                    await relay(send, response.status, response.headers, response.body)
                 finally:
                     await response.body.aclose()
                 return
@@ -102,7 +102,7 @@ class NodeProxy:
             await _fail(send, plane, 502, f"container {server_id[:12]} did not answer: {exc}")
             return
         try:
-            await _relay(send, streamed.status_code, streamed.headers.raw, streamed.aiter_raw())
+            await relay(send, streamed.status_code, streamed.headers.raw, streamed.aiter_raw())
         finally:
             await streamed.aclose()
 
