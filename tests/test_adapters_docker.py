@@ -89,6 +89,7 @@ def envfactory_images(docker_engine, tmp_path_factory) -> Path:
     assert done.returncode == 0, done.stdout + done.stderr  # no scenarios: nothing reached the network yet
     done = envreg(
         "build",
+        "--force",  # the test's own images: an earlier run's build of the same version may differ
         "--images-dir",
         str(images),
         "--manifests-dir",

@@ -3,6 +3,7 @@ Build, Validate and Push steps, verbatim, on a miniature user repository, agains
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import docker
 import pytest
 import yaml
 from conftest import FIXTURES, ROOT
@@ -52,6 +54,9 @@ def test_workflow_builds_validates_and_pushes_by_digest(reference_images, tmp_pa
         "NAMESPACE": "Some-Org",
         "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
     }
+    # a fresh runner's engine: no tag left by another build of the fixture (an older envreg's manifest)
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        docker.from_env().images.remove("envreg/tally:1.0.0", noprune=True)
     # the user's committed manifests
     subprocess.run(
         [*envreg, "manifest", "--out", "manifests"], cwd=repo, env=env, check=True, capture_output=True

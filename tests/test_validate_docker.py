@@ -71,7 +71,17 @@ def broken_images(reference_images, tmp_path_factory: pytest.TempPathFactory) ->
     """Build every broken environment into an image, as a user's CI would (`envreg build` from the folder)."""
     manifests = tmp_path_factory.mktemp("broken-manifests")
     proc = subprocess.run(
-        [*ENVREG, "build", "--images-dir", str(BROKEN), "--manifests-dir", str(manifests), "--json", *CASES],
+        [
+            *ENVREG,
+            "build",
+            "--force",
+            "--images-dir",
+            str(BROKEN),
+            "--manifests-dir",
+            str(manifests),
+            "--json",
+            *CASES,
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -171,6 +181,7 @@ def test_a_folder_changed_after_its_build_is_caught(reference_images, tmp_path: 
         [
             *ENVREG,
             "build",
+            "--force",
             "--images-dir",
             str(images),
             "--manifests-dir",

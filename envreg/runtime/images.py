@@ -8,8 +8,9 @@ from typing import Any
 
 import docker.errors
 
+from envreg.docker_engine import engine_errors
 from envreg.errors import EngineError, ImageNotFound
-from envreg.protocol import NAME_LABEL, VERSION_LABEL
+from envreg.protocol import MANIFEST_DIGEST_LABEL, NAME_LABEL, VERSION_LABEL
 
 _verified: set[str] = set()
 _verify_lock = threading.Lock()
@@ -21,9 +22,11 @@ def resolve_image(client: Any, ref: str) -> str:
     Names resolve through the local index (`envreg build`, `pull` and `load` write it); a name the
     index does not know falls back to the newest local image labelled ``io.envreg.name``. The image's
     ``/env`` must be the code its manifest records (read without running it, once per image ID and
-    process); otherwise `envreg.registry.VerificationError` names the files that differ.
+    process); otherwise `envreg.registry.VerificationError` names the files that differ. An image
+    without envreg's labels is `ImageNotFound`: it is not an environment.
     """
     image_id = _resolve(client, ref)
+    environment_labels(client, image_id)
     with _verify_lock:
         if image_id not in _verified:
             from envreg.registry.engine import verify_image_source
@@ -31,6 +34,19 @@ def resolve_image(client: Any, ref: str) -> str:
             verify_image_source(client, image_id, ref if ref != image_id else None)
             _verified.add(image_id)
     return image_id
+
+
+def environment_labels(client: Any, image_id: str) -> dict[str, str]:
+    """The image's labels; `ImageNotFound` when it is not an envreg environment image."""
+    with engine_errors(f"inspecting {image_id[:19]}"):
+        labels = client.images.get(image_id).labels or {}
+    if not labels.get(NAME_LABEL) or not labels.get(MANIFEST_DIGEST_LABEL):
+        raise ImageNotFound(
+            f"image {image_id[:19]} is not an envreg environment image (no {NAME_LABEL} and "
+            f"{MANIFEST_DIGEST_LABEL} labels)",
+            "environment images are built with `envreg build` or pulled with `envreg pull`",
+        )
+    return labels
 
 
 def _resolve(client: Any, ref: str) -> str:

@@ -27,7 +27,12 @@ def parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="Bind address. Anything but loopback must be asked for."
     )
     p.add_argument("--max-instances", type=int, default=4096, help="Most instances held at once.")
-    p.add_argument("--max-body", type=int, default=4 * 1024 * 1024, help="Largest request body in bytes.")
+    p.add_argument(
+        "--max-body",
+        type=int,
+        default=None,
+        help="Largest request body in bytes, on both planes (default: from the environment's limits).",
+    )
     p.add_argument(
         "--snapshot-cache-mb", type=int, default=32, help="Snapshots kept beyond live instances, in MB."
     )

@@ -23,7 +23,7 @@ import anyio
 import httpx2
 
 from envreg.docker_engine import docker_client, engine_errors
-from envreg.errors import BadRequest, EngineError, ImageNotFound, UpstreamError
+from envreg.errors import BadRequest, EngineError, UpstreamError
 from envreg.protocol import (
     AGENT_PORT,
     CONTROL_PORT,
@@ -41,6 +41,7 @@ from envreg.runtime.backends.base import Backend, EnvSpec, Server
 from envreg.runtime.backends.docker_keeper import Keeper
 from envreg.runtime.backends.docker_network import create_network, remove_network
 from envreg.runtime.client import EnvClient
+from envreg.runtime.images import environment_labels, resolve_image
 
 READY_TIMEOUT = 120.0
 CONCURRENT_STARTS = 8  # more only thrash the CPUs
@@ -121,25 +122,11 @@ class DockerBackend(Backend):
         name = getattr(ref, "name", ref)  # an `Environment` runs as its image
         await self._ready()
         image_id = await anyio.to_thread.run_sync(self._resolve_image, check_reference(name))
-        labels = await anyio.to_thread.run_sync(self.image_labels, image_id)
+        labels = await anyio.to_thread.run_sync(environment_labels, self.client, image_id)
         return EnvSpec(key=image_id, name=labels[NAME_LABEL], digest=labels[MANIFEST_DIGEST_LABEL])
 
     def _resolve_image(self, ref: str) -> str:
-        from envreg.runtime.images import resolve_image
-
         return resolve_image(self.client, ref)
-
-    def image_labels(self, image: str) -> dict[str, str]:
-        """The image's labels; `ImageNotFound` when it is not an envreg environment image."""
-        with engine_errors(f"inspecting {image[:19]}"):
-            labels = self.client.images.get(image).labels or {}
-        if not labels.get(NAME_LABEL) or not labels.get(MANIFEST_DIGEST_LABEL):
-            raise ImageNotFound(
-                f"image {image[:19]} is not an envreg environment image (no {NAME_LABEL} and "
-                f"{MANIFEST_DIGEST_LABEL} labels)",
-                "environment images are built with `envreg build` or pulled with `envreg pull`",
-            )
-        return labels
 
     # servers ----------------------------------------------------------------------------------
     async def start(self, spec: EnvSpec, *, dedicated: bool) -> Server:
