@@ -6,6 +6,8 @@ Each test compares with the reference semantics (a deep copy, the tool on it, a 
 from __future__ import annotations
 
 import copy
+import heapq
+import json
 import pickle
 import random
 
@@ -321,3 +323,29 @@ def test_every_tool_of_every_environment_matches_a_deep_copy(name: str) -> None:
         for state, text in history:
             assert canonical_json(state.to_json()) == text, f"{name}: a committed state changed"
         assert instance.slow_calls == 0, f"{name}: {instance.slow_calls} calls took the slow path"
+
+
+class Tags(EnvState):
+    tags: list[str] = []
+
+
+def test_a_write_past_the_journal_shows_in_every_fresh_read() -> None:
+    """`heapq.heappush` writes into a committed list in place (C code, no journal): the cached text of
+    that committed state goes stale, so the server's state reads serialize again and show the write."""
+    env = Environment("tags", Tags, version="1.0.0")
+
+    @env.tool
+    def push(state: Tags, tag: str) -> str:
+        """Push a tag, then fail.
+
+        Args:
+            tag: The tag.
+        """
+        heapq.heappush(state.tags, tag)
+        raise ToolError("refused after writing")
+
+    instance = env.instance()
+    cached = instance.state.canonical()
+    assert instance.call_tool("push", {"tag": "a"}).is_error
+    assert instance.state.canonical() == cached  # the memo of the committed state
+    assert json.loads(instance.state.canonical(cached=False))["tags"] == ["a"]

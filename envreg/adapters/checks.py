@@ -46,10 +46,10 @@ def _run(
     instance = env.instance(scenario.initial_state)
     results, states, dirty = [], [], []
     for step in scenario.steps:
-        before = instance.state.canonical()
+        before = instance.state.canonical(cached=False)
         result = instance.call_tool(step.tool, step.arguments)
         results.append((result.is_error, result.text))
-        if result.is_error and instance.state.canonical() != before:
+        if result.is_error and instance.state.canonical(cached=False) != before:
             dirty.append(step.tool)
         states.append(instance.state.to_json())
     return results, states, dirty

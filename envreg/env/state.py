@@ -66,10 +66,13 @@ class EnvState(BaseModel):
         """The state as plain JSON data."""
         return self.model_dump(mode="json")
 
-    def canonical(self) -> str:
-        """Canonical JSON text of the state (computed once for a committed state, which never changes)."""
+    def canonical(self, *, cached: bool = True) -> str:
+        """Canonical JSON text of the state (computed once for a committed state, which never changes).
+
+        ``cached=False`` serializes it again: what a client reads back shows even a write that went
+        past the journal (a C function writing into a state list in place)."""
         fields = self.__pydantic_fields_set__
-        if type(fields) is Committed:
+        if cached and type(fields) is Committed:
             memo = getattr(fields, "memo", None)
             if memo is None:
                 text = _canonical_text(self)

@@ -51,7 +51,7 @@ def error(status: int, message: str, **extra: Any) -> Response:
 
 
 def state_response(instance: Any, status: int = 200) -> Response:
-    canonical = instance.state.canonical()
+    canonical = instance.state.canonical(cached=False)  # O(state), as sending it is
     return Response(status, ('{"sha256":"' + sha256_hex(canonical) + '","state":' + canonical + "}").encode())
 
 
