@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NaiveDatetime, model_validator
 
@@ -401,11 +401,17 @@ def _price(pricing: Pricing, km: float, minutes: int, surge: float) -> int:
     return cents(pricing.booking_fee) + max(cents(pricing.minimum), variable)
 
 
+def _offered(market: Market) -> list[Product]:
+    """A market's products in the catalog's order, whatever order its state lists them in (a state
+    restored from canonical JSON has its keys sorted)."""
+    return [p for p in get_args(Product) if p in market.products]
+
+
 def _quote(state: RidesState, product: str, pickup: Location, dropoff: Location) -> FareQuote:
     market = _market_at(state, pickup.lat, pickup.lng)
     pricing = market.products.get(product)  # type: ignore[call-overload]
     if pricing is None:
-        raise ToolError(f"{product} is not offered in {market.city}; it offers {', '.join(market.products)}.")
+        raise ToolError(f"{product} is not offered in {market.city}; it offers {', '.join(_offered(market))}.")
     km, minutes = _route(market, pickup, dropoff, state.now)
     if km / ROAD_FACTOR > MAX_TRIP_KM:
         raise ToolError(
@@ -480,7 +486,8 @@ def list_products(state: RidesState, city: City) -> list[ProductInfo]:
     if market is None:
         raise ToolError(f"Rides do not run in {city}; they run in {', '.join(sorted(state.markets))}.")
     out = []
-    for product, p in market.products.items():
+    for product in _offered(market):
+        p = market.products[product]
         available = sum(
             1
             for d in state.drivers.values()
@@ -530,7 +537,7 @@ def estimate_fare(
     pickup = _location(pickup_lat, pickup_lng, pickup_address)
     dropoff = _location(dropoff_lat, dropoff_lng, dropoff_address)
     market = _market_at(state, pickup.lat, pickup.lng)
-    products = [product] if product is not None else list(market.products)
+    products = [product] if product is not None else _offered(market)
     quotes = [_quote(state, p, pickup, dropoff) for p in products]
     for old in [q for q in state.quotes.values() if q.expires_at <= state.now]:
         del state.quotes[old.id]
