@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from envreg import catalog
 from envreg.adapters.bfcl import CLASSES as BFCL_CLASSES
 from envreg.adapters.bfcl import env_name as bfcl_env_name
+from envreg.canonical import canonical_json
 from envreg.cli.main import app
 from envreg.env import load_environment, load_scenarios
 from envreg.manifest import Manifest
@@ -437,3 +438,19 @@ def test_search_finds_each_tool_in_the_right_environments_after_build(
     assert table.returncode == 0, table.stderr
     rows = [line.split() for line in table.stdout.splitlines()[1:] if line.strip()]
     assert [(r[0], r[2], r[3]) for r in rows] == [("maps", "local", "tool:get_directions")]
+
+
+@pytest.mark.parametrize("name", REFERENCE_ENVS)
+def test_results_depend_on_the_canonical_state_only(name: str) -> None:
+    """The same state with its keys in another order (as a snapshot restored from canonical JSON has
+    them) gives the same results: no tool may list a dict in its insertion order."""
+    env = load_environment(name)
+    for scenario in load_scenarios(env.folder)[0]:
+        if scenario.initial_state is None:
+            continue
+        as_written = env.instance(scenario.initial_state)
+        sorted_keys = env.instance(json.loads(canonical_json(scenario.initial_state)))
+        for i, step in enumerate(scenario.steps):
+            a = as_written.call_tool(step.tool, step.arguments)
+            b = sorted_keys.call_tool(step.tool, step.arguments)
+            assert (a.is_error, a.text) == (b.is_error, b.text), f"{scenario.name}, step {i} ({step.tool})"
