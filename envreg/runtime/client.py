@@ -6,6 +6,7 @@ import json
 from itertools import count
 from typing import Any
 
+import anyio
 import httpx2
 
 from envreg.env import ToolResult
@@ -34,6 +35,7 @@ _META = {
     META_CLIENT_INFO: {"name": "envreg-runtime", "version": "1"},
 }
 _ids = count(1)
+CONNECT_ATTEMPTS = 3
 
 
 class EnvClient:
@@ -54,6 +56,11 @@ class EnvClient:
         self.agent_auth = {"authorization": f"Bearer {agent_token}"} if agent_token else {}
 
     async def _send(self, method: str, url: str, **kwargs: Any) -> httpx2.Response:
+        for attempt in range(CONNECT_ATTEMPTS - 1):  # a connection never made sent nothing: try again
+            try:
+                return await self.http.request(method, url, **kwargs)
+            except httpx2.ConnectTimeout:  # a SYN lost on a loaded host; a refused connection fails at once
+                await anyio.sleep(0.05 * (attempt + 1))
         try:
             return await self.http.request(method, url, **kwargs)
         except httpx2.TimeoutException as exc:
