@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+
 import httpx2
 import pytest
 
-from envreg.errors import UpstreamTimeout
+from envreg.errors import UpstreamError, UpstreamTimeout
 from envreg.runtime.client import CONNECT_ATTEMPTS, EnvClient
 
 pytestmark = pytest.mark.anyio
@@ -39,3 +41,13 @@ async def test_a_server_that_never_accepts_is_a_timeout_naming_the_wait() -> Non
         with pytest.raises(UpstreamTimeout, match="no answer in 2 s"):
             await client.state_sha256("default")
     assert len(seen) == CONNECT_ATTEMPTS
+
+
+async def test_a_refused_connection_fails_at_once() -> None:
+    with socket.socket() as sock:  # a loopback port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, connect=2)) as http:
+        client = EnvClient(http, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}", "token")
+        with pytest.raises(UpstreamError, match="did not answer"):
+            await client.state_sha256("default")

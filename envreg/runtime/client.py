@@ -56,20 +56,24 @@ class EnvClient:
         self.agent_auth = {"authorization": f"Bearer {agent_token}"} if agent_token else {}
 
     async def _send(self, method: str, url: str, **kwargs: Any) -> httpx2.Response:
-        for attempt in range(CONNECT_ATTEMPTS - 1):  # a connection never made sent nothing: try again
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
             try:
                 return await self.http.request(method, url, **kwargs)
-            except httpx2.ConnectTimeout:  # a SYN lost on a loaded host; a refused connection fails at once
-                await anyio.sleep(0.05 * (attempt + 1))
-        try:
-            return await self.http.request(method, url, **kwargs)
-        except httpx2.TimeoutException as exc:
-            timeout = self.http.timeout
-            limit = timeout.connect if isinstance(exc, httpx2.ConnectTimeout) else timeout.read
-            waited = f"{limit:g} s" if limit else "time"
-            raise UpstreamTimeout(f"the environment server gave no answer in {waited} ({exc!r})") from None
-        except httpx2.TransportError as exc:
-            raise UpstreamError(f"the environment server did not answer: {exc!r}") from None
+            except httpx2.ConnectTimeout as exc:  # nothing was sent: a SYN lost on a loaded host
+                if attempt == CONNECT_ATTEMPTS:
+                    raise self._timeout(exc) from None
+                await anyio.sleep(0.05 * attempt)
+            except httpx2.TimeoutException as exc:
+                raise self._timeout(exc) from None
+            except httpx2.TransportError as exc:  # refused, reset: at once, never tried again
+                raise UpstreamError(f"the environment server did not answer: {exc!r}") from None
+        raise AssertionError("unreachable")
+
+    def _timeout(self, exc: httpx2.TimeoutException) -> UpstreamTimeout:
+        timeout = self.http.timeout
+        limit = timeout.connect if isinstance(exc, httpx2.ConnectTimeout) else timeout.read
+        waited = f"{limit:g} s" if limit else "time"
+        return UpstreamTimeout(f"the environment server gave no answer in {waited} ({exc!r})")
 
     async def rpc(
         self, instance_id: str, method: str, params: dict[str, Any], name: str | None = None
