@@ -117,6 +117,10 @@ class UpstreamTimeout(UpstreamError):
     status = 504
 
 
+class UpstreamConnectTimeout(UpstreamTimeout):
+    """No connection to an environment server could be made in time; nothing was sent."""
+
+
 class EngineError(EnvregError):
     """The sandbox backend (the Docker engine, a Ray cluster) refused or failed an operation."""
 

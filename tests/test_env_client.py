@@ -1,4 +1,4 @@
-"""The runtime's HTTP client for environment servers: what it does when a connection cannot be made."""
+"""The runtime's HTTP client for environment servers: what a sandbox does when a connection cannot be made."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ import socket
 import httpx2
 import pytest
 
-from envreg.errors import UpstreamError, UpstreamTimeout
-from envreg.runtime.client import CONNECT_ATTEMPTS, EnvClient
+from envreg.errors import SandboxGone, UpstreamConnectTimeout, UpstreamError
+from envreg.runtime.backends.base import EnvSpec, Server
+from envreg.runtime.client import EnvClient
+from envreg.runtime.sandbox import CONNECT_ATTEMPTS, Sandbox
+from envreg.runtime.snapshots import SnapshotStore
 
 pytestmark = pytest.mark.anyio
 
@@ -26,21 +29,55 @@ def server_losing_syns(lost: int) -> tuple[httpx2.MockTransport, list[str]]:
     return httpx2.MockTransport(handle), seen
 
 
-async def test_a_connection_that_timed_out_is_made_again() -> None:
+def sandbox_on(http: httpx2.AsyncClient, status: str, tmp_path) -> tuple[Sandbox, list[str]]:
+    """A sandbox on a server the backend reports as `status`; returns it and the ends it saw."""
+    client = EnvClient(http, "http://sandbox:8000", "http://sandbox:8001", "token")
+    server = Server(
+        id="srv", spec=EnvSpec(key="k", name="calendar", digest="d" * 64), client=client, dedicated=True
+    )
+    released: list[str] = []
+
+    async def release(sandbox: Sandbox) -> None:
+        released.append(sandbox.ended or "")
+
+    async def server_status(_: Server) -> str:
+        return status
+
+    sandbox = Sandbox(
+        server,
+        "default",
+        "container",
+        snapshots=SnapshotStore(tmp_path),
+        release=release,
+        server_status=server_status,
+    )
+    return sandbox, released
+
+
+async def test_a_connection_that_timed_out_to_a_running_server_is_made_again(tmp_path) -> None:
     transport, seen = server_losing_syns(CONNECT_ATTEMPTS - 1)
     async with httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(30, connect=2)) as http:
-        client = EnvClient(http, "http://sandbox:8000", "http://sandbox:8001", "token")
-        assert await client.state_sha256("default") == "ab" * 32
-    assert len(seen) == CONNECT_ATTEMPTS
+        sandbox, released = sandbox_on(http, "running", tmp_path)
+        assert await sandbox.state_sha256() == "ab" * 32
+    assert len(seen) == CONNECT_ATTEMPTS and not released
 
 
-async def test_a_server_that_never_accepts_is_a_timeout_naming_the_wait() -> None:
+async def test_a_running_server_that_never_accepts_is_a_timeout_naming_the_wait(tmp_path) -> None:
     transport, seen = server_losing_syns(CONNECT_ATTEMPTS)
     async with httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(30, connect=2)) as http:
-        client = EnvClient(http, "http://sandbox:8000", "http://sandbox:8001", "token")
-        with pytest.raises(UpstreamTimeout, match="no answer in 2 s"):
-            await client.state_sha256("default")
-    assert len(seen) == CONNECT_ATTEMPTS
+        sandbox, released = sandbox_on(http, "running", tmp_path)
+        with pytest.raises(UpstreamConnectTimeout, match="no answer in 2 s"):
+            await sandbox.state_sha256()
+    assert len(seen) == CONNECT_ATTEMPTS and not released
+
+
+async def test_a_stopped_server_ends_the_sandbox_after_one_timeout(tmp_path) -> None:
+    transport, seen = server_losing_syns(CONNECT_ATTEMPTS)
+    async with httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(30, connect=2)) as http:
+        sandbox, released = sandbox_on(http, "exited (exit code 137)", tmp_path)
+        with pytest.raises(SandboxGone, match="exit code 137"):
+            await sandbox.state_sha256()
+    assert len(seen) == 1 and released == ["its server is exited (exit code 137)"]
 
 
 async def test_a_refused_connection_fails_at_once() -> None:
@@ -49,5 +86,6 @@ async def test_a_refused_connection_fails_at_once() -> None:
         port = sock.getsockname()[1]
     async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, connect=2)) as http:
         client = EnvClient(http, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}", "token")
-        with pytest.raises(UpstreamError, match="did not answer"):
+        with pytest.raises(UpstreamError, match="did not answer") as caught:
             await client.state_sha256("default")
+    assert not isinstance(caught.value, UpstreamConnectTimeout)

@@ -6,7 +6,6 @@ import json
 from itertools import count
 from typing import Any
 
-import anyio
 import httpx2
 
 from envreg.env import ToolResult
@@ -17,6 +16,7 @@ from envreg.errors import (
     SnapshotNotFound,
     TooLarge,
     UnknownToolError,
+    UpstreamConnectTimeout,
     UpstreamError,
     UpstreamTimeout,
 )
@@ -35,7 +35,6 @@ _META = {
     META_CLIENT_INFO: {"name": "envreg-runtime", "version": "1"},
 }
 _ids = count(1)
-CONNECT_ATTEMPTS = 3
 
 
 class EnvClient:
@@ -56,24 +55,17 @@ class EnvClient:
         self.agent_auth = {"authorization": f"Bearer {agent_token}"} if agent_token else {}
 
     async def _send(self, method: str, url: str, **kwargs: Any) -> httpx2.Response:
-        for attempt in range(1, CONNECT_ATTEMPTS + 1):
-            try:
-                return await self.http.request(method, url, **kwargs)
-            except httpx2.ConnectTimeout as exc:  # nothing was sent: a SYN lost on a loaded host
-                if attempt == CONNECT_ATTEMPTS:
-                    raise self._timeout(exc) from None
-                await anyio.sleep(0.05 * attempt)
-            except httpx2.TimeoutException as exc:
-                raise self._timeout(exc) from None
-            except httpx2.TransportError as exc:  # refused, reset: at once, never tried again
-                raise UpstreamError(f"the environment server did not answer: {exc!r}") from None
-        raise AssertionError("unreachable")
-
-    def _timeout(self, exc: httpx2.TimeoutException) -> UpstreamTimeout:
-        timeout = self.http.timeout
-        limit = timeout.connect if isinstance(exc, httpx2.ConnectTimeout) else timeout.read
-        waited = f"{limit:g} s" if limit else "time"
-        return UpstreamTimeout(f"the environment server gave no answer in {waited} ({exc!r})")
+        try:
+            return await self.http.request(method, url, **kwargs)
+        except httpx2.TimeoutException as exc:
+            timeout = self.http.timeout
+            connect = isinstance(exc, httpx2.ConnectTimeout)
+            limit = timeout.connect if connect else timeout.read
+            waited = f"{limit:g} s" if limit else "time"
+            error = UpstreamConnectTimeout if connect else UpstreamTimeout
+            raise error(f"the environment server gave no answer in {waited} ({exc!r})") from None
+        except httpx2.TransportError as exc:  # refused, reset
+            raise UpstreamError(f"the environment server did not answer: {exc!r}") from None
 
     async def rpc(
         self, instance_id: str, method: str, params: dict[str, Any], name: str | None = None

@@ -11,12 +11,13 @@ import anyio
 
 from envreg.env import ToolResult
 from envreg.env.augment import Augmentation
-from envreg.errors import SandboxGone, UpstreamError
+from envreg.errors import SandboxGone, UpstreamConnectTimeout, UpstreamError
 from envreg.protocol import agent_path
 from envreg.runtime.backends.base import Server, Upstream
 from envreg.runtime.snapshots import Snapshot, SnapshotStore
 
 T = TypeVar("T")
+CONNECT_ATTEMPTS = 3  # a connection that timed out is made again while the server still runs
 
 
 async def restore_on(server: Server, instance_id: str, snap: Snapshot) -> None:
@@ -99,16 +100,23 @@ class Sandbox:
             raise SandboxGone(f"sandbox {self.id} has ended: {self.ended}")
 
     async def _guard(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Run a server call; if it fails because the server is gone, end the sandbox and say so."""
+        """Run a server call; if it fails because the server is gone, end the sandbox and say so.
+
+        A connection that timed out sent nothing, so it is made again while the server still runs
+        (a SYN lost on a loaded host); a server that stopped ends the sandbox after one timeout.
+        """
         self._check()
-        try:
-            return await call()
-        except (UpstreamError, SandboxGone) as exc:
-            status = await self._server_status(self.server)
-            if status != "running":
-                await self.close(f"its {self._server_noun} is {status}")
-                raise SandboxGone(f"sandbox {self.id} has ended: {self.ended}") from None
-            raise exc from None
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+            try:
+                return await call()
+            except (UpstreamError, SandboxGone) as exc:
+                status = await self._server_status(self.server)
+                if status != "running":
+                    await self.close(f"its {self._server_noun} is {status}")
+                    raise SandboxGone(f"sandbox {self.id} has ended: {self.ended}") from None
+                if not isinstance(exc, UpstreamConnectTimeout) or attempt == CONNECT_ATTEMPTS:
+                    raise exc from None
+        raise AssertionError("unreachable")
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """The environment's tools in MCP wire form."""
