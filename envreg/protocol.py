@@ -22,6 +22,8 @@ ENV_TOKEN = "ENVREG_TOKEN"
 """Environment variable holding the control plane's bearer token inside an image."""
 ENV_AGENT_TOKEN = "ENVREG_AGENT_TOKEN"
 """Environment variable holding the agent plane's secret inside an image (only the gateway knows it)."""
+ENV_RECYCLE = "ENVREG_RECYCLE"
+"""Set to 1 in an image: the server can be recycled (`POST /recycle`: a fresh process, see `envreg.server.recycle`)."""
 
 
 def agent_path(instance_id: str) -> str:

@@ -27,6 +27,9 @@ class EnvServerProcess:
     token: str = "test-token"
     fast_path: bool = True
     extra: list[str] = field(default_factory=list)
+    environ: dict[str, str] = field(default_factory=dict)
+    image_entry: bool = False
+    """Start it as images do (`python -m envreg.server`), not through the CLI (`envreg serve-env`)."""
     port: int = 0
     control_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -45,11 +48,11 @@ class EnvServerProcess:
 
     def start(self) -> EnvServerProcess:
         self.port, self.control_port = free_port(), free_port()
+        entry = ["envreg.server"] if self.image_entry else ["envreg.cli.main", "serve-env"]
         cmd = [
             sys.executable,
             "-m",
-            "envreg.cli.main",
-            "serve-env",
+            *entry,
             self.env,
             "--port",
             str(self.port),
@@ -61,18 +64,18 @@ class EnvServerProcess:
         ]
         if not self.fast_path:
             cmd.append("--no-fast-path")
-        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.environ})
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"envreg serve-env exited with {self.proc.returncode}")
+                raise RuntimeError(f"the environment server exited with {self.proc.returncode}")
             try:
                 if httpx2.get(f"{self.control_url}/healthz", headers=self.auth, timeout=1).status_code == 200:
                     return self
             except httpx2.TransportError:
                 pass
             time.sleep(0.05)
-        raise RuntimeError("envreg serve-env did not come up within 30 s")
+        raise RuntimeError("the environment server did not come up within 30 s")
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -84,6 +84,13 @@ def replay(
     concurrency: Annotated[
         int | None, typer.Option(help="Entries in flight at once (default 1 local, 16 on the Docker tiers).")
     ] = None,
+    recycle: Annotated[
+        bool,
+        typer.Option(
+            help="Container tier: an ended sandbox's container serves a later one from a fresh server process "
+            "(--no-recycle: a new container per sandbox, removed after it)."
+        ),
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Replay BFCL's ground truth through envreg sandboxes; compare envreg's verdicts with BFCL's checker."""
@@ -132,7 +139,8 @@ def replay(
 
             done = None
             try:
-                async with Runtime(pool=pool) as rt:
+                kept = workers if recycle and isolation == "container" else 0
+                async with Runtime(pool=pool, recycle=kept) as rt:
                     done = await replay_all(
                         rt,
                         entries,

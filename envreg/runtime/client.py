@@ -203,3 +203,7 @@ class EnvClient:
 
     async def healthz(self) -> dict[str, Any]:
         return await self.control("GET", "/healthz")
+
+    async def recycle(self) -> int:
+        """Ask a recyclable server for a fresh process; returns the generation of the one ending."""
+        return (await self.control("POST", "/recycle", expect=(202,)))["generation"]

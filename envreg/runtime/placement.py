@@ -24,15 +24,23 @@ Unit = tuple[Server, str]
 class Placement:
     """Places sandboxes on one backend's servers and keeps warm capacity per (environment, placement).
 
-    `sizes(spec_key, dedicated)` gives the number of warm units to keep.
+    `sizes(spec_key, dedicated)` gives the number of warm units to keep. With `recycle`, a dedicated
+    server whose sandbox ended goes back to its warm pool (up to `recycle` per environment, or its
+    size if larger) once the backend made it fresh (`Backend.recycle`), instead of being stopped.
     """
 
     def __init__(
-        self, backend: Backend, sizes: Callable[[str, bool], int], instances_per_server: int = 256
+        self,
+        backend: Backend,
+        sizes: Callable[[str, bool], int],
+        instances_per_server: int = 256,
+        recycle: int = 0,
     ) -> None:
         self.backend = backend
         self.sizes = sizes
         self.instances_per_server = instances_per_server
+        self.recycle = recycle
+        self._recycling: dict[str, int] = defaultdict(int)
         self.warm: dict[tuple[str, bool], list[Unit]] = defaultdict(list)
         self.shared: dict[str, list[Server]] = defaultdict(list)
         self._refilling: set[tuple[str, bool]] = set()
@@ -53,12 +61,31 @@ class Placement:
         """Free a sandbox's place: stop its dedicated server, or delete its instance on a shared one."""
         server.instances.discard(instance_id)
         if server.dedicated:
-            await self.backend.stop(server)
+            if not await self._recycled(server):
+                await self.backend.stop(server)
             return
         try:
             await server.client.delete_instance(instance_id)
         except Exception as exc:  # the server may already be gone; nothing is left to free
             logger.debug("deleting instance %s: %s", instance_id, exc)
+
+    async def _recycled(self, server: Server) -> bool:
+        """Put a dedicated server back in its warm pool, made fresh, when the pool has room for it."""
+        key = server.spec.key
+        pool = self.warm[key, True]
+        room = max(self.recycle, self.sizes(key, True)) if self.recycle else 0
+        if len(pool) + self._recycling[key] >= room:
+            return False
+        self._recycling[key] += 1
+        try:
+            if not await self.backend.recycle(server):
+                return False
+        finally:
+            self._recycling[key] -= 1
+        server.snapshots.clear()  # the new process keeps none
+        server.instances = {DEFAULT_INSTANCE}
+        pool.append((server, DEFAULT_INSTANCE))
+        return True
 
     async def _new(self, spec: EnvSpec, dedicated: bool) -> Unit:
         if dedicated:

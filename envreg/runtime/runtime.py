@@ -42,6 +42,10 @@ class Runtime:
     ``"<tier>:<image id>"``); a pool is refilled in the background from its first acquire on, and `warm()` fills one at once. The
     isolated tiers need the runtime entered as a context manager: leaving it removes every container
     and network it made.
+    `recycle=N` (Docker) keeps up to N containers per environment whose sandboxes ended for the next
+    container sandboxes instead of removing them: each gets a fresh server process, forked from one that
+    never served, and an empty /tmp (`envreg.server.recycle`); a container is used by one sandbox at a
+    time, always. It saves the engine's start and removal of a container per sandbox.
     The gateway answers ``127.0.0.1``/``localhost``/``[::1]`` at its port and `allowed_hosts`
     (``name:port`` or ``name:*``); browser pages at `cors_origins` may call it (none by default). It
     relays plain tool calls on its fast lane (`envreg.runtime.fastlane`); `gateway_lane=False` sends
@@ -61,6 +65,7 @@ class Runtime:
         gateway_port: int = 0,
         gateway_lane: bool = True,
         instances_per_container: int = 256,
+        recycle: int = 0,
         limits: Any = None,
         allowed_hosts: Sequence[str] = (),
         cors_origins: Sequence[str] = (),
@@ -81,8 +86,13 @@ class Runtime:
         self.gateway_lane = gateway_lane
         self._lane: Any = None
         self.instances_per_container = instances_per_container
+        self.recycle = recycle
         self._backend_choice = backend
-        self._backend_options = {**({"limits": limits} if limits is not None else {}), **backend_options}
+        self._backend_options = {
+            **({"limits": limits} if limits is not None else {}),
+            **({"recyclable": True} if recycle and backend == "docker" else {}),
+            **backend_options,
+        }
         self._local = Placement(LocalBackend(), lambda key, dedicated: 0, instances_per_server=1 << 30)
         self._isolated: Placement | None = None
         self._resolved: dict[tuple[str, Any], EnvSpec] = {}
@@ -263,7 +273,7 @@ class Runtime:
                     else create_backend(self._backend_choice, self.id, self._http, **self._backend_options)
                 )
                 backend.watch(self._on_death)
-                placement = Placement(backend, self._pool_size, self.instances_per_container)
+                placement = Placement(backend, self._pool_size, self.instances_per_container, self.recycle)
                 placement.bind(self._task_group)
                 if self.gateway_enabled:
                     await self._task_group.start(self._serve_gateway)

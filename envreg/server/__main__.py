@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 
 from envreg.config import startup_trace
-from envreg.protocol import AGENT_PORT, CONTROL_PORT, ENV_AGENT_TOKEN, ENV_TOKEN
+from envreg.protocol import AGENT_PORT, CONTROL_PORT, ENV_AGENT_TOKEN, ENV_RECYCLE, ENV_TOKEN
 
 
 def parser() -> argparse.ArgumentParser:
@@ -62,23 +63,31 @@ def main(argv: list[str] | None = None) -> int:
     env = load_environment(args.env)
     if trace:
         trace.mark("environment")
-    serve(
-        ServerConfig(
-            env=args.env,
-            host=args.host,
-            port=args.port,
-            control_port=args.control_port,
-            token=token,
-            max_instances=args.max_instances,
-            max_body=args.max_body,
-            snapshot_budget=args.snapshot_cache_mb * 1024 * 1024,
-            fast_path=args.fast_path,
-            preload_sdk=args.preload_sdk,
-            agent_token=args.agent_token or os.environ.get(ENV_AGENT_TOKEN) or None,
-        ),
-        env,
-        on_ready=trace.report if trace else None,
+    config = ServerConfig(
+        env=args.env,
+        host=args.host,
+        port=args.port,
+        control_port=args.control_port,
+        token=token,
+        max_instances=args.max_instances,
+        max_body=args.max_body,
+        snapshot_budget=args.snapshot_cache_mb * 1024 * 1024,
+        fast_path=args.fast_path,
+        preload_sdk=args.preload_sdk,
+        agent_token=args.agent_token or os.environ.get(ENV_AGENT_TOKEN) or None,
+        recyclable=os.environ.get(ENV_RECYCLE) == "1",
     )
+    on_ready = trace.report if trace else None
+    if config.recyclable:
+        from envreg.server.recycle import prepare, serve_recyclable
+
+        prepare()
+        return serve_recyclable(
+            lambda sockets, generation: serve(replace(config, generation=generation), env, on_ready, sockets),
+            args.host,
+            (args.port, args.control_port),
+        )
+    serve(config, env, on_ready)
     return 0
 
 

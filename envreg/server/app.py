@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from envreg.protocol import AGENT_PORT, CONTROL_PORT
 from envreg.server.agent import AgentPlane
 from envreg.server.control import control_app
 from envreg.server.instances import InstanceStore
+from envreg.server.recycle import end_for_recycle
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 AGENT_BODY = 4 * 1024 * 1024
@@ -34,6 +36,10 @@ class ServerConfig:
     fast_path: bool = True
     preload_sdk: bool = False
     agent_token: str | None = None
+    recyclable: bool = False
+    """`POST /recycle` ends the process asking for a fresh one (under `envreg.server.recycle`)."""
+    generation: int = 0
+    """Which process of a recyclable server this is (0, 1, ...): `/healthz` says it."""
 
 
 def body_limits(env: Environment, max_body: int | None) -> tuple[int, int]:
@@ -81,13 +87,20 @@ class EnvServer:
             preload_sdk=config.preload_sdk,
             token=config.agent_token,
         )
-        control = control_app(store, config.token, control_body, load_manifest(env))
+        recycle = end_for_recycle if config.recyclable else None
+        control = control_app(
+            store, config.token, control_body, load_manifest(env), recycle, config.generation
+        )
         return cls(store, agent, control)
 
 
 async def serve_async(
-    config: ServerConfig, ready: anyio.Event | None = None, env: Environment | None = None
+    config: ServerConfig,
+    ready: anyio.Event | None = None,
+    env: Environment | None = None,
+    sockets: Sequence[socket.socket] | None = None,
 ) -> None:
+    """Serve both planes (on `sockets`, agent then control, when given) until told to stop."""
     import uvicorn
 
     server = EnvServer.build(config, env)
@@ -106,9 +119,9 @@ async def serve_async(
     control = uvicorn.Server(uvicorn.Config(server.control, port=config.control_port, **common))
     servers = (agent, control)
 
-    async def run(s: uvicorn.Server) -> None:
+    async def run(s: uvicorn.Server, sock: socket.socket | None) -> None:
         try:
-            await s.serve()
+            await s.serve([sock] if sock else None)
         finally:
             for other in servers:
                 other.should_exit = True
@@ -122,8 +135,8 @@ async def serve_async(
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_sdk)
         async with anyio.create_task_group() as planes:
-            for s in servers:
-                planes.start_soon(run, s)
+            for s, sock in zip(servers, sockets or (None, None), strict=True):
+                planes.start_soon(run, s, sock)
             if ready is not None:
                 while not all(s.started for s in servers):
                     await anyio.sleep(0.002)
@@ -132,7 +145,10 @@ async def serve_async(
 
 
 def serve(
-    config: ServerConfig, env: Environment | None = None, on_ready: Callable[[], None] | None = None
+    config: ServerConfig,
+    env: Environment | None = None,
+    on_ready: Callable[[], None] | None = None,
+    sockets: Sequence[socket.socket] | None = None,
 ) -> None:
     """Run until SIGINT / SIGTERM; `on_ready` is called once both planes listen."""
     try:
@@ -148,7 +164,7 @@ def serve(
     async def main() -> None:
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(serve_async, config, ready, env)
+            tg.start_soon(serve_async, config, ready, env, sockets)
             await ready.wait()
             if on_ready is not None:
                 on_ready()

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.canonical import sha256_hex
 from envreg.env.augment import Augmentation
-from envreg.protocol import DEFAULT_INSTANCE, agent_path
+from envreg.protocol import DEFAULT_INSTANCE, ENV_RECYCLE, agent_path
 from envreg.server.http import BodyTooLarge, bearer_matches, bearer_token, read_body, send_json
 from envreg.server.instances import InstanceLimitReached, InstanceStore
 from envreg.server.snapshots import SHA256, SnapshotRefused
@@ -154,7 +154,16 @@ class ControlPlane:
         await send({"type": "http.response.body", "body": response.body})
 
 
-def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[str, Any]) -> ASGIApp:
+def control_app(
+    store: InstanceStore,
+    token: str,
+    max_body: int,
+    manifest: dict[str, Any],
+    recycle: Callable[[], None] | None = None,
+    generation: int = 0,
+) -> ASGIApp:
+    """The control plane; `recycle`, when given, ends the process for a fresh one (`POST /recycle`),
+    whose `generation` is one more: a caller waits for `/healthz` to report it."""
     env = store.env
     router = Router()
 
@@ -181,8 +190,21 @@ def control_app(store: InstanceStore, token: str, max_body: int, manifest: dict[
     @route("/healthz", "GET")
     async def healthz(request: Request) -> Response:
         return Response.json(
-            {"status": "ok", "env": env.name, "version": env.version, "instances": len(store)}
+            {
+                "status": "ok",
+                "env": env.name,
+                "version": env.version,
+                "instances": len(store),
+                "generation": generation,
+            }
         )
+
+    @route("/recycle", "POST")
+    async def recycle_server(request: Request) -> Response:
+        if recycle is None:
+            return error(409, f"this server cannot be recycled: start it with {ENV_RECYCLE}=1")
+        recycle()
+        return Response(202, json.dumps({"generation": generation}).encode(), [(b"connection", b"close")])
 
     @route("/manifest", "GET")
     async def get_manifest(request: Request) -> Response:

@@ -123,6 +123,11 @@ class Backend(abc.ABC):
     async def stop(self, server: Server) -> None:
         """Stop a server and free what it holds (idempotent)."""
 
+    async def recycle(self, server: Server) -> bool:
+        """Make a dedicated server fresh for its next sandbox (a new server process, nothing kept) and
+        return True once it answers; False when this backend or server cannot (then it is stopped)."""
+        return False
+
     @abc.abstractmethod
     async def status(self, server: Server) -> str:
         """``"running"``, or why not (``"exited (exit code 137, OOM-killed)"``, ``"removed"``)."""

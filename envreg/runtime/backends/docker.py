@@ -23,11 +23,12 @@ import anyio
 import httpx2
 
 from envreg.docker_engine import docker_client, engine_errors
-from envreg.errors import BadRequest, EngineError, UpstreamError
+from envreg.errors import BadRequest, EngineError, SandboxGone, UpstreamError
 from envreg.protocol import (
     AGENT_PORT,
     CONTROL_PORT,
     ENV_AGENT_TOKEN,
+    ENV_RECYCLE,
     ENV_TOKEN,
     EXPIRES_LABEL,
     ISOLATION_LABEL,
@@ -84,8 +85,10 @@ class DockerBackend(Backend):
         http: httpx2.AsyncClient,
         limits: Limits | None = None,
         max_lifetime: float = 24 * 3600,
+        recyclable: bool = False,
     ) -> None:
         self.runtime_id = runtime_id
+        self.recyclable = recyclable
         self.http = http
         self.limits = limits or Limits()
         self.max_lifetime = max_lifetime
@@ -151,7 +154,11 @@ class DockerBackend(Backend):
                 spec.key,
                 detach=True,
                 name=f"envreg-{spec.name}-{lease[3:]}",
-                environment={ENV_TOKEN: token, ENV_AGENT_TOKEN: agent_token},
+                environment={
+                    ENV_TOKEN: token,
+                    ENV_AGENT_TOKEN: agent_token,
+                    **({ENV_RECYCLE: "1"} if self.recyclable and dedicated else {}),
+                },
                 labels=labels,
                 network=self.network_name,
                 user="65534:65534",
@@ -204,6 +211,27 @@ class DockerBackend(Backend):
             return server.handle.logs(tail=20).decode(errors="replace")
         except Exception:
             return ""
+
+    async def recycle(self, server: Server) -> bool:
+        """A fresh server process in the same container (`envreg.server.recycle`), while the container
+        has more than half its lifetime left; waits until the new process answers."""
+        expires = float(server.handle.labels.get(EXPIRES_LABEL, 0))
+        if not self.recyclable or expires - time.time() < self.max_lifetime / 2:
+            return False
+        try:
+            ending = await server.client.recycle()
+        except (UpstreamError, SandboxGone):  # an image from before recycling answers 409
+            return False
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                if (await server.client.healthz()).get("generation", 0) > ending:
+                    return True
+            except UpstreamError:
+                if await self.status(server) != "running":
+                    return False
+            await anyio.sleep(0.01)
+        return False
 
     async def stop(self, server: Server) -> None:
         await anyio.to_thread.run_sync(self._remove, server.handle)

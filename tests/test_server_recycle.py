@@ -1,0 +1,122 @@
+"""A recyclable server (``ENVREG_RECYCLE=1``): `POST /recycle` gives a fresh process, nothing kept."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from servers import EnvServerProcess, modern_request
+
+LEAKY_ENV = '''
+"""Keeps a list in a module global: what a recycle must not carry to the next sandbox."""
+from envreg.env import Environment, EnvState
+
+SEEN: list[str] = []
+
+
+class Empty(EnvState):
+    pass
+
+
+env = Environment("leaky", Empty, version="1.0.0", domain="test", description="Leaks through a global.")
+
+
+@env.tool
+def remember(state: Empty, word: str) -> list[str]:
+    """Add a word to the module's list and return the list.
+
+    Args:
+        word: The word to keep.
+    """
+    SEEN.append(word)
+    return list(SEEN)
+'''
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[EnvServerProcess]:
+    folder = tmp_path / "leaky"
+    folder.mkdir()
+    (folder / "env.py").write_text(LEAKY_ENV)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    environ = {"ENVREG_RECYCLE": "1", "TMPDIR": str(scratch)}
+    proc = EnvServerProcess(str(folder), image_entry=True, environ=environ).start()
+    yield proc
+    proc.stop()
+
+
+def remember(server: EnvServerProcess, word: str) -> list[str]:
+    body, headers = modern_request("tools/call", {"name": "remember", "arguments": {"word": word}})
+    response = httpx2.post(f"{server.url}/mcp", json=body, headers=headers)
+    return response.json()["result"]["structuredContent"]["result"]
+
+
+def health(server: EnvServerProcess) -> dict:
+    return httpx2.get(f"{server.control_url}/healthz", headers=server.auth).json()
+
+
+def recycle(server: EnvServerProcess) -> None:
+    """Ask for a fresh process and wait until it answers, as the runtime does."""
+    response = httpx2.post(f"{server.control_url}/recycle", headers=server.auth)
+    assert response.status_code == 202, response.text
+    before = response.json()["generation"]
+    deadline = time.monotonic() + 10
+    while health(server)["generation"] == before:
+        assert time.monotonic() < deadline, "no fresh process in 10 s"
+        time.sleep(0.01)
+
+
+def test_a_recycled_server_keeps_nothing_of_the_last_sandbox(server: EnvServerProcess) -> None:
+    assert remember(server, "secret") == ["secret"]
+    server.new_instance()
+    scratch = Path(server.environ["TMPDIR"])
+    (scratch / "left-behind.txt").write_text("from the last sandbox")
+    (scratch / "folder").mkdir()
+    (scratch / "folder" / "inside").write_text("x")
+    assert health(server)["generation"] == 0
+
+    recycle(server)
+
+    assert health(server) == {
+        "status": "ok",
+        "env": "leaky",
+        "version": "1.0.0",
+        "instances": 1,
+        "generation": 1,
+    }
+    assert remember(server, "next") == ["next"]  # the module global is as imported
+    listed = httpx2.get(f"{server.control_url}/instances", headers=server.auth).json()["instances"]
+    assert [i["id"] for i in listed] == ["default"]
+    assert list(scratch.iterdir()) == []
+    recycle(server)
+    assert health(server)["generation"] == 2 and server.proc.poll() is None
+
+
+def test_a_server_dying_otherwise_ends_the_parent_with_its_status(server: EnvServerProcess) -> None:
+    children = subprocess.run(["pgrep", "-P", str(server.proc.pid)], capture_output=True, text=True)
+    (child,) = [int(pid) for pid in children.stdout.split()]
+    os.kill(child, signal.SIGKILL)
+    assert server.proc.wait(10) == 128 + signal.SIGKILL
+
+
+def test_a_stop_during_a_recycle_starts_no_new_process(server: EnvServerProcess) -> None:
+    assert httpx2.post(f"{server.control_url}/recycle", headers=server.auth).status_code == 202
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(10) == 128 + signal.SIGTERM
+
+
+def test_a_server_started_without_recycling_refuses_it() -> None:
+    proc = EnvServerProcess("tests/fixtures/counter", image_entry=True).start()
+    try:
+        response = httpx2.post(f"{proc.control_url}/recycle", headers=proc.auth)
+        assert response.status_code == 409 and "ENVREG_RECYCLE=1" in response.json()["error"]
+        assert httpx2.post(f"{proc.control_url}/recycle").status_code == 401
+    finally:
+        proc.stop()
