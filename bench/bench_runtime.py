@@ -17,6 +17,9 @@ Sections (all on the environment image `--env`, default `calendar`, trivial tool
      on the local, instance and container tiers; fork x8 from it, with warm pools and cold.
   4. the most sandboxes held at once (instance tier, container tier), one tool call on each,
      errors counted, memory per sandbox from `docker stats --no-stream`.
+  6. container-tier turnover (`--only recycle`): one sandbox after another (acquire, first call, close),
+     a new container per sandbox (started, then removed) vs `Runtime(recycle=1)` (the ended sandbox's
+     container serves the next from a fresh server process), alternating in one run.
   5. baseline: a fresh stdio MCP server subprocess per conversation (how EnvFactory's trainer
      integration isolates conversations), spawn -> first tool result, vs warm-pool acquire + first call.
 """
@@ -501,6 +504,25 @@ async def bench_local_first_call(args: argparse.Namespace, R: dict) -> None:
     R["first_call_local"] = times
 
 
+# ---------------------------------------------------------------- 6. container turnover
+
+
+async def bench_recycle(args: argparse.Namespace, R: dict) -> None:
+    tool, arguments = TOOLS[args.env]
+    runs = args.cold_runs * 2
+    log(f"recycle: {runs} container-tier sandboxes one after another, new container vs recycled")
+    async with Runtimes.new() as fresh, Runtimes.new(recycle=1) as recycling:
+        for rt in (fresh, recycling):  # the first sandbox of each starts a container either way
+            await (await rt.sandbox(args.image, isolation="container")).close()
+        for _ in range(runs):
+            for key, rt in (("turnover_new", fresh), ("turnover_recycled", recycling)):
+                t0 = clock()
+                sb = await rt.sandbox(args.image, isolation="container")
+                assert (await sb.call_tool(tool, arguments)).error is None
+                await sb.close()
+                R.setdefault(key, []).append(clock() - t0)
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -673,6 +695,20 @@ def report(args: argparse.Namespace, R: dict) -> None:
         console.print(f"first call = `{tool}` via sb.call_tool (the runtime's own client, straight to the "
                       "container); stdio = `mcp.Client(StdioServerParameters(...))` connect + initialize + "
                       "`increment`")  # fmt: skip
+    if "turnover_new" in R:
+        t = Table(
+            title="6. Container-tier turnover: one sandbox after another (acquire + first call + close)"
+        )
+        for col in ("each sandbox's container", "n", "p50 ms", "p99 ms", "x"):
+            t.add_column(col, justify="left" if col.startswith("each") else "right")
+        base = pct(R["turnover_new"], 0.5)
+        for name, key in (
+            ("new (docker run, then removed)", "turnover_new"),
+            ("recycled: Runtime(recycle=1), a fresh server process", "turnover_recycled"),
+        ):
+            v = R[key]
+            t.add_row(name, str(len(v)), ms(pct(v, 0.5)), ms(pct(v, 0.99)), f"{base / pct(v, 0.5):,.1f}x")
+        console.print(t)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     console.print(f"{os.cpu_count()} CPUs, load average now {load}; event loop: "
                   f"{'uvloop' if args.uvloop else 'asyncio'}; total {time.monotonic() - args.t_start:.0f} s; "
@@ -701,6 +737,7 @@ SECTIONS = {
     "snapshot": bench_snapshots,
     "density": bench_density,
     "stdio": bench_stdio,
+    "recycle": bench_recycle,
 }
 
 

@@ -31,15 +31,23 @@ def sample(per_category: int) -> list[bfcl.Entry]:
     return chosen
 
 
-@pytest.mark.parametrize("isolation", ["container", "instance"])
-async def test_bfcl_sample_replays_through_the_docker_tiers_and_agrees(reference_images, isolation) -> None:
+@pytest.mark.parametrize(
+    ("isolation", "recycle"),
+    [("container", 0), ("container", 4), ("instance", 0)],
+    ids=["container", "container-recycled", "instance"],
+)
+async def test_bfcl_sample_replays_through_the_docker_tiers_and_agrees(
+    reference_images, isolation, recycle
+) -> None:
+    """Recycled containers serve sandbox after sandbox (one per turn here): BFCL's module-level data,
+    which some methods write, must not carry from one to the next."""
     entries = sample(3)
-    async with Runtime() as rt:
+    async with Runtime(recycle=recycle) as rt:
         report = await replay_all(rt, entries, isolation=isolation, restore_each_turn=True, concurrency=4)
     assert len(report.results) == len(entries) >= 12
     assert report.disagreements == []
     assert all(r.envreg.valid for r in report.results)
-    async with Runtime() as rt:
+    async with Runtime(recycle=recycle) as rt:
         dropped = await replay_all(rt, entries[:3], isolation=isolation, variant="drop-last")
     assert [r.envreg.valid for r in dropped.results] == [r.bfcl.valid for r in dropped.results] == [False] * 3
 

@@ -386,3 +386,23 @@ def test_openapi_document_is_precise(fuzz_daemon: DaemonProcess) -> None:
     assert {"201", "400", "401", "404", "409", "422", "503"} <= create["responses"].keys()
     assert create["security"] == [{"HTTPBearer": []}]
     assert "HTTPValidationError" not in doc["components"]["schemas"]
+
+
+@pytest.mark.docker
+def test_recycled_containers_serve_later_sandboxes_fresh(tmp_path_factory: pytest.TempPathFactory) -> None:
+    proc = DaemonProcess(tmp_path_factory.mktemp("recycle"), extra=["--tiers", "container", "--recycle", "1"])
+    proc.start()
+    try:
+        runtime = proc.ok("GET", "/v1/healthz")["runtime"]
+        first = create(proc)
+        seed = proc.ok("GET", f"/v1/sandboxes/{first['id']}/state")
+        proc.ok("POST", f"/v1/sandboxes/{first['id']}/call", {"name": "create_event", "arguments": EVENT})
+        assert proc.ok("GET", f"/v1/sandboxes/{first['id']}/state")["sha256"] != seed["sha256"]
+        held = set(containers_of(runtime))
+        proc.ok("DELETE", f"/v1/sandboxes/{first['id']}", status=204)
+        second = create(proc)
+        assert proc.ok("GET", f"/v1/sandboxes/{second['id']}/state") == seed
+        assert set(containers_of(runtime)) == held  # the same container, not a new one
+    finally:
+        proc.stop()
+    assert containers_of(runtime) == []

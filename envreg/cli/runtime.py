@@ -119,6 +119,13 @@ def serve(
         str | None,
         typer.Option(help="Warm pool sizes per tier, e.g. container=2,instance=8.", show_default=False),
     ] = None,
+    recycle: Annotated[
+        int,
+        typer.Option(
+            help="Containers kept per environment after their sandbox ends, each serving a later "
+            "container sandbox from a fresh server process (0: removed)."
+        ),
+    ] = 0,
     lease_ttl: Annotated[float, typer.Option(help="Default sandbox lease, in seconds.")] = 3600.0,
     max_sandboxes: Annotated[int, typer.Option(help="Most sandboxes leased at once (429 past it).")] = 1024,
     tiers: Annotated[
@@ -145,14 +152,15 @@ def serve(
             f"a daemon already runs for {daemon_file().parent} at {running['url']} (pid {running['pid']}): "
             f"stop it (kill {running['pid']}) or set ENVREG_HOME to run another"
         )
-    if lease_ttl <= 0 or max_sandboxes < 1:
-        raise fail("--lease-ttl and --max-sandboxes must be positive", 2)
+    if lease_ttl <= 0 or max_sandboxes < 1 or recycle < 0:
+        raise fail("--lease-ttl and --max-sandboxes must be positive, --recycle at least 0", 2)
     token = token or daemon_token()
     config = DaemonConfig(
         host=host,
         port=port,
         token=token,
         pool=parse_pool(pool),
+        recycle=recycle,
         lease_ttl=lease_ttl,
         max_sandboxes=max_sandboxes,
         tiers=parse_tiers(tiers),

@@ -79,6 +79,7 @@ class DaemonConfig:
     port: int = DEFAULT_PORT
     token: str | None = None
     pool: dict[str, int] = field(default_factory=dict)
+    recycle: int = 0
     lease_ttl: float = 3600.0
     max_sandboxes: int = 1024
     tiers: tuple[str, ...] = ("instance", "container")
@@ -133,7 +134,9 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
     )
     try:
         async with (
-            Runtime(gateway=False, pool=config.pool, lease_ttl=config.lease_ttl) as rt,
+            Runtime(
+                gateway=False, pool=config.pool, recycle=config.recycle, lease_ttl=config.lease_ttl
+            ) as rt,
             httpx2.AsyncClient(
                 timeout=httpx2.Timeout(30.0, connect=2.0, read=None),
                 limits=httpx2.Limits(max_connections=1000),
