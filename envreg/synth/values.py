@@ -14,23 +14,10 @@ from collections.abc import Iterator
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from envreg.env.vocab import CITIES
 from envreg.synth.graph import ToolGraph
 from envreg.synth.sample import Step
 
-CITIES = [
-    "San Francisco",
-    "New York",
-    "Chicago",
-    "Seattle",
-    "Boston",
-    "Austin",
-    "London",
-    "Paris",
-    "Berlin",
-    "Madrid",
-    "Tokyo",
-    "Sydney",
-]
 PHRASES = {
     "title": ["Project sync", "Budget review", "Design workshop", "Quarterly planning", "Team lunch"],
     "subject": ["Quick question", "Follow-up from today", "Plans for next week"],

@@ -24,8 +24,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NaiveDatetime, model_validator
 
 from envreg.env import Environment, EnvState, ToolError, lookup
+from envreg.env.vocab import EMAIL
 
-EMAIL = r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$"
 _ID = re.compile(r"^([a-z]+)_(\d+)$")
 OPEN, CLOSE = time(9, 30), time(16, 0)
 EXT_OPEN, EXT_CLOSE = time(4, 0), time(20, 0)

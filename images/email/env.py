@@ -22,8 +22,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, NaiveDatetime, model_validator
 
 from envreg.env import Environment, EnvState, ToolError, lookup
+from envreg.env.vocab import Email
 
-EMAIL = r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$"
 _ID = re.compile(r"^([a-z]+)_(\d+)$")
 MAX_RECIPIENTS = 50
 MAX_LABELS = 50
@@ -31,7 +31,6 @@ SNIPPET = 120
 
 Folder = Literal["inbox", "archive", "sent", "drafts", "trash"]
 Id = Annotated[str, Field(max_length=64)]
-Email = Annotated[str, Field(max_length=254, pattern=EMAIL)]
 Subject = Annotated[str, Field(max_length=200)]
 Body = Annotated[str, Field(max_length=10_000)]
 Recipients = Annotated[list[Email], Field(max_length=MAX_RECIPIENTS)]

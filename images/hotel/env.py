@@ -24,25 +24,10 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NaiveDatetime, model_validator
 
 from envreg.env import Environment, EnvState, ToolError, lookup
+from envreg.env.vocab import City, Currency, Email
 
-EMAIL = r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$"
 _ID = re.compile(r"^([a-z]+)_(\d+)$")
 
-City = Literal[
-    "San Francisco",
-    "New York",
-    "Chicago",
-    "Seattle",
-    "Boston",
-    "Austin",
-    "London",
-    "Paris",
-    "Berlin",
-    "Madrid",
-    "Tokyo",
-    "Sydney",
-]
-Currency = Literal["USD", "EUR", "GBP", "JPY", "AUD"]
 RatePlan = Literal["flexible", "nonrefundable"]
 Amenity = Literal[
     "wifi", "breakfast", "gym", "pool", "spa", "parking", "restaurant", "pet_friendly", "airport_shuttle"
@@ -93,7 +78,6 @@ def _two_decimals(value: float) -> float:
 Amount = Annotated[float, Field(ge=0, le=10_000_000), AfterValidator(_two_decimals)]
 Id = Annotated[str, Field(max_length=64)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
-Email = Annotated[str, Field(max_length=254, pattern=EMAIL)]
 Lat = Annotated[float, Field(ge=-90, le=90)]
 Lng = Annotated[float, Field(ge=-180, le=180)]
 Guests = Annotated[int, Field(ge=1, le=8)]

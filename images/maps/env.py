@@ -24,21 +24,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, NaiveDatetime, model_validator
 
 from envreg.env import Environment, EnvState, ToolError, fold, id_problems, lookup, matches, words
+from envreg.env.vocab import City as CityName
 
-CityName = Literal[
-    "San Francisco",
-    "New York",
-    "Chicago",
-    "Seattle",
-    "Boston",
-    "Austin",
-    "London",
-    "Paris",
-    "Berlin",
-    "Madrid",
-    "Tokyo",
-    "Sydney",
-]
 Category = Literal[
     "airport", "station", "museum", "park", "landmark", "restaurant", "cafe", "shopping", "pharmacy"
 ]

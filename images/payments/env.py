@@ -25,11 +25,10 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NaiveDatetime, model_validator
 
 from envreg.env import Environment, EnvState, ToolError, lookup
+from envreg.env.vocab import Currency, Email
 
-EMAIL = r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$"
 _ID = re.compile(r"^([a-z]+)_(\d+)$")
 
-Currency = Literal["USD", "EUR", "GBP", "JPY", "AUD"]
 MIN_CHARGE_CENTS = {"USD": 50, "EUR": 50, "GBP": 30, "JPY": 5000, "AUD": 50}
 TEST_DECLINES = {
     "0002": ("card_declined", "The card was declined."),
@@ -51,7 +50,6 @@ def _two_decimals(value: float) -> float:
 Amount = Annotated[float, Field(ge=0, le=999_999.99), AfterValidator(_two_decimals)]
 Id = Annotated[str, Field(max_length=64)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
-Email = Annotated[str, Field(max_length=254, pattern=EMAIL)]
 Description = Annotated[str, Field(max_length=500)]
 
 

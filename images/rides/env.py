@@ -26,24 +26,9 @@ from typing import Annotated, Literal, get_args
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NaiveDatetime, model_validator
 
 from envreg.env import Environment, EnvState, ToolError, lookup
+from envreg.env.vocab import EMAIL, City, Currency
 
-EMAIL = r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$"
 _ID = re.compile(r"^([a-z]+)_(\d+)$")
-City = Literal[
-    "San Francisco",
-    "New York",
-    "Chicago",
-    "Seattle",
-    "Boston",
-    "Austin",
-    "London",
-    "Paris",
-    "Berlin",
-    "Madrid",
-    "Tokyo",
-    "Sydney",
-]
-Currency = Literal["USD", "EUR", "GBP", "JPY", "AUD"]
 Product = Literal["standard", "comfort", "xl"]
 ROAD_FACTOR = 1.3
 CITY_KM = 5.0

@@ -23,8 +23,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NaiveDatetime, model_validator
 
 from envreg.env import Environment, EnvState, ToolError, lookup
+from envreg.env.vocab import EMAIL, City
 
-EMAIL = r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$"
 _ID = re.compile(r"^([a-z]+)_(\d+)$")
 
 TAX_RATES = {  # combined state + local sales tax, percent
@@ -56,20 +56,6 @@ Text = Annotated[str, Field(max_length=2000)]
 Quantity = Annotated[int, Field(ge=1, le=MAX_PER_PRODUCT)]
 Category = Literal["electronics", "home", "kitchen", "outdoors", "books", "clothing", "grocery"]
 ShippingSpeed = Literal["standard", "express"]
-City = Literal[
-    "San Francisco",
-    "New York",
-    "Chicago",
-    "Seattle",
-    "Boston",
-    "Austin",
-    "London",
-    "Paris",
-    "Berlin",
-    "Madrid",
-    "Tokyo",
-    "Sydney",
-]
 OrderStatus = Literal["placed", "shipped", "delivered", "cancelled"]
 
 
