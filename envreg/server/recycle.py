@@ -106,4 +106,4 @@ def prepare() -> None:
         pass
 
 
-__all__ = ["RECYCLE_EXIT", "prepare", "serve_recyclable"]
+__all__ = ["RECYCLE_EXIT", "end_for_recycle", "prepare", "serve_recyclable"]
