@@ -11,7 +11,6 @@ way (a crash, an OOM kill) ends the parent with its status, so the container end
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
@@ -44,6 +43,8 @@ def empty(folder: Path) -> None:
 def end_for_recycle() -> None:
     """`POST /recycle`: end this process right after its answer is written (nothing in it is kept, so
     nothing needs a graceful stop); the parent forks the next."""
+    import asyncio
+
     asyncio.get_running_loop().call_later(0.001, _exit_for_recycle)
 
 
