@@ -357,7 +357,7 @@ class Portfolio(Model):
 env = Environment(
     "brokerage",
     BrokerageState,
-    version="1.0.0",
+    version="1.0.1",
     domain="finance",
     description=(
         "A brokerage account for US stocks and ETFs with deterministic quotes from seeded daily price "

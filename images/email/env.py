@@ -175,7 +175,7 @@ class EmailState(EnvState):
 env = Environment(
     "email",
     EmailState,
-    version="1.0.0",
+    version="1.0.1",
     domain="office",
     description=(
         "One person's mailbox: list and search mail by words, address and date, read messages and whole "

@@ -320,7 +320,7 @@ class ModifiedReservation(Model):
 env = Environment(
     "hotel",
     HotelState,
-    version="1.0.0",
+    version="1.0.1",
     domain="travel",
     description=(
         "Hotel booking in twelve cities: search hotels by city or around a point (lat/lng), see room "

@@ -247,7 +247,7 @@ class SavedPlaceView(_Model):
 env = Environment(
     "maps",
     MapsState,
-    version="1.0.0",
+    version="1.0.1",
     domain="utilities",
     description=(
         "Maps for twelve cities: geocode addresses, reverse-geocode coordinates, search places and find "

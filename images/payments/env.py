@@ -335,7 +335,7 @@ class PaymentsState(EnvState):
 env = Environment(
     "payments",
     PaymentsState,
-    version="1.0.0",
+    version="1.0.1",
     domain="commerce",
     description=(
         "A merchant's card payments account (test mode): find and create customers, save cards, "

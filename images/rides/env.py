@@ -336,7 +336,7 @@ class Receipt(Model):
 env = Environment(
     "rides",
     RidesState,
-    version="1.0.0",
+    version="1.0.1",
     domain="travel",
     description=(
         "Ride hailing for one rider in nine cities: products and prices, upfront fare estimates between "

@@ -357,7 +357,7 @@ class Cancellation(Model):
 env = Environment(
     "shop",
     ShopState,
-    version="1.0.0",
+    version="1.0.1",
     domain="commerce",
     description=(
         "An online store for one signed-in shopper: search the catalog, read product details and "

@@ -240,7 +240,7 @@ class SubscriptionView(Subscription):
 env = Environment(
     "weather",
     WeatherState,
-    version="1.0.0",
+    version="1.0.1",
     domain="utilities",
     description=(
         "Weather for twelve cities from seeded data: current conditions, daily observations and forecasts, "
