@@ -37,6 +37,9 @@ class Response:
     status: int
     body: bytes
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    replaced: Any = None
+    """A state this request replaced, freed only once the answer is sent: freeing a big state that
+    shares nothing with the new one takes milliseconds (~6 ms for 1 MB), none of them the caller's."""
 
     @classmethod
     def json(cls, data: Any, status: int = 200) -> Response:
@@ -152,6 +155,7 @@ class ControlPlane:
             }
         )
         await send({"type": "http.response.body", "body": response.body})
+        response.replaced = None  # sent: now the replaced state may go
 
 
 def control_app(
@@ -269,17 +273,24 @@ def control_app(
             return bad
         if not isinstance(data, dict):
             return error(400, "body must be the state as a JSON object")
+        replaced = instance.state
         try:
             instance.load_state(data)
         except ValidationError as exc:
             return validation_error(exc)
-        return state_response(instance)
+        response = state_response(instance)
+        response.replaced = replaced
+        return response
 
     @route("/instances/{instance_id}/reset", "POST")
     async def reset(request: Request) -> Response:
-        if instance_of(request) is None:
+        instance = instance_of(request)
+        if instance is None:
             return missing(request)
-        return state_response(store.reset(request.params["instance_id"]))
+        replaced = instance.state
+        response = state_response(store.reset(request.params["instance_id"]))
+        response.replaced = replaced
+        return response
 
     @route("/instances/{instance_id}/augmentation", "PUT")
     async def put_augmentation(request: Request) -> Response:
@@ -331,8 +342,11 @@ def control_app(
         state = store.snapshots.get(data["snapshot"])
         if state is None:
             return missing_snapshot(data["snapshot"])
+        replaced = instance.state
         instance.load_state(state)
-        return Response.json({"sha256": data["snapshot"]})
+        response = Response.json({"sha256": data["snapshot"]})
+        response.replaced = replaced
+        return response
 
     @route("/snapshots/{sha}", "GET")
     async def get_snapshot(request: Request) -> Response:
