@@ -106,8 +106,12 @@ def test_a_server_dying_otherwise_ends_the_parent_with_its_status(server: EnvSer
     assert server.proc.wait(10) == 128 + signal.SIGKILL
 
 
-def test_a_stop_during_a_recycle_starts_no_new_process(server: EnvServerProcess) -> None:
+@pytest.mark.parametrize("delay", [0, 0.001, 0.003, 0.01])
+def test_a_stop_during_a_recycle_starts_no_new_process(server: EnvServerProcess, delay: float) -> None:
+    """The signal lands while the child ends, while the parent empties the temp folder, or once the
+    next child runs: the server stops each time, with the signal's status."""
     assert httpx2.post(f"{server.control_url}/recycle", headers=server.auth).status_code == 202
+    time.sleep(delay)
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(10) == 128 + signal.SIGTERM
 

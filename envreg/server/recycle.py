@@ -11,6 +11,7 @@ way (a crash, an OOM kill) ends the parent with its status, so the container end
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -23,6 +24,7 @@ from pathlib import Path
 RECYCLE_EXIT = 75
 """A child's exit status that asks its parent for a fresh one."""
 BACKLOG = 2048
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -64,35 +66,39 @@ def serve_recyclable(
 
     def forward(signum: int, _: object) -> None:
         nonlocal stopping
-        stopping = signum  # even while a child is ending for a recycle: no next child then
+        stopping = signum  # also while a child ends for a recycle: no next child then
         if child:
-            os.kill(child, signum)
+            with contextlib.suppress(ProcessLookupError):  # it ended (and was reaped) meanwhile
+                os.kill(child, signum)
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in SIGNALS:
         signal.signal(signum, forward)
-    while True:
+    while not stopping:
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # none may land between fork and knowing the child
         child = os.fork()
         if child == 0:
             code = 1
             try:
-                for signum in (signal.SIGTERM, signal.SIGINT):
+                for signum in SIGNALS:
                     signal.signal(signum, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
                 serve_child(sockets, generation)
                 code = 0
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         if stopping:  # a signal came before the child was known
             os.kill(child, stopping)
         _, status = os.waitpid(child, 0)
+        child = 0
         code = os.waitstatus_to_exitcode(status)
-        if code == RECYCLE_EXIT and stopping:
-            return 128 + stopping
         if code != RECYCLE_EXIT:
-            return code if code >= 0 else 128 - code
+            return 128 + stopping if stopping else code if code >= 0 else 128 - code
         empty(Path(tempfile.gettempdir()))
         generation += 1
+    return 128 + stopping
 
 
 def prepare() -> None:
