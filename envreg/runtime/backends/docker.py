@@ -314,9 +314,21 @@ class DockerBackend(Backend):
                 break
             except docker.errors.NotFound:
                 break
-            except docker.errors.APIError:
+            except docker.errors.APIError:  # "has active endpoints"
                 if attempt == 19:
                     raise
+                self._disconnect_all(self.network)
                 time.sleep(0.5)
         self.client.close()
         self.client = None
+
+    @staticmethod
+    def _disconnect_all(network: Any) -> None:
+        """Force out the endpoints still on `network` (one a removed container left behind included)."""
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.APIError):
+            network.reload()
+            for container_id in network.attrs.get("Containers") or {}:
+                with contextlib.suppress(docker.errors.APIError):
+                    network.disconnect(container_id, force=True)
