@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from conftest import REFERENCE_ENVS, ROOT
@@ -23,6 +23,7 @@ from envreg.adapters.bfcl import env_name as bfcl_env_name
 from envreg.canonical import canonical_json
 from envreg.cli.main import app
 from envreg.env import load_environment, load_scenarios
+from envreg.env.vocab import CITIES, Currency
 from envreg.manifest import Manifest
 
 runner = CliRunner()
@@ -32,21 +33,7 @@ CATALOG_ENVS = [name for name in REFERENCE_ENVS if name not in FOREIGN]
 MANIFESTS = ROOT / "manifests"
 
 DOMAINS = {"commerce", "finance", "travel", "office", "lifestyle", "research", "utilities"}
-CITIES = {
-    "San Francisco",
-    "New York",
-    "Chicago",
-    "Seattle",
-    "Boston",
-    "Austin",
-    "London",
-    "Paris",
-    "Berlin",
-    "Madrid",
-    "Tokyo",
-    "Sydney",
-}
-CURRENCIES = {"USD", "EUR", "GBP", "JPY", "AUD"}
+CURRENCIES = set(get_args(Currency))
 # The reference environments of wave 1 predate issue 10's floors (6 scenarios, 9-14 tools, bounded strings).
 WAVE_1 = {"calendar", "airline", "bank"}
 # Chains across environments through shared parameter names: an output of the first feeds an input of the second.
@@ -177,7 +164,7 @@ def parameter_problems(manifest: Manifest) -> list[str]:
             for v in variants(schema):
                 kind = v.get("type")
                 if param == "city" and not (
-                    kind == "string" and set(v.get("enum", [])) <= CITIES and v.get("enum")
+                    kind == "string" and set(v.get("enum", [])) <= set(CITIES) and v.get("enum")
                 ):
                     problems.append(f"{where}: city must be an enum of the twelve city names, got {v}")
                 elif param == "date" and (kind, v.get("format")) != ("string", "date"):
