@@ -227,6 +227,27 @@ def test_local_servers_share_committed_states() -> None:
     anyio.run(main)
 
 
+def test_a_kept_snapshot_restores_without_serializing_its_state(monkeypatch) -> None:
+    """A restore by hash is O(1): the size check reads the size the upload measured (a fork of a 1 MB state
+    into 8 containers paid a serialization per container before)."""
+    import pydantic_core
+
+    from envreg.server.snapshots import SnapshotCache
+
+    env = load_environment("calendar")
+    text = canonical_json(env.initial_state().to_json())
+    cache = SnapshotCache()
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    cache.receive(sha, text.encode(), None, env.committed, 1 << 20)
+    instance = env.instance()
+    serialized = []
+    real = pydantic_core.to_json
+    monkeypatch.setattr(pydantic_core, "to_json", lambda *a, **k: serialized.append(1) or real(*a, **k))
+    instance.load_state(cache.get(sha))
+    assert serialized == []
+    assert instance.state.sha256() == sha
+
+
 def test_snapshot_json_on_disk_is_the_canonical_state(envreg_home) -> None:
     import anyio
 

@@ -132,8 +132,13 @@ class Environment(Generic[S]):
         return self.parse_state(self.seed) if self.seed is not None else self.state_model()
 
     def committed(self, data: dict[str, Any] | str | bytes) -> S:
-        """Validate a state and commit it (`envreg.env.cow`): immutable, shareable by any number of instances."""
-        return freeze(self.parse_state(data))
+        """Validate a state and commit it (`envreg.env.cow`): immutable, shareable by any number of instances.
+
+        Its size is checked on the committed state, which keeps it: restoring the state later (a snapshot
+        the server keeps) checks the size again without serializing the state."""
+        state = freeze(self.state_model.from_json(data))
+        self.limits.check_state(state)
+        return state
 
     def committed_seed(self) -> S:
         """The seed state, committed once and shared by every instance that starts from it."""
