@@ -28,6 +28,7 @@ from pydantic.json_schema import SkipJsonSchema
 from envreg.canonical import canonical_json
 from envreg.env import Environment, EnvState, Tool, ToolAnnotations, ToolError, ToolResult
 from envreg.env.state import DEFAULT_EPOCH
+from envreg.env.tool import ToolModels
 
 __all__ = [
     "UNKNOWN_EFFECTS",
@@ -258,11 +259,13 @@ def method_tool(method: Method) -> MethodTool:
         fn=_runner(method.name),
         description=method.description,
         annotations=method.annotations,
-        arguments_model=None,  # type: ignore[arg-type]  # validated by `validator` instead
-        output_adapter=None,
-        wraps_output=False,
-        input_schema=schema,
-        output_schema=method.output_schema,
+        built=ToolModels(  # arguments are validated by `validator`, not a pydantic model
+            arguments_model=None,
+            output_adapter=None,
+            wraps_output=False,
+            input_schema=schema,
+            output_schema=method.output_schema,
+        ),
         validator=Draft202012Validator(schema),
         convert=method.convert,
     )

@@ -6,7 +6,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
@@ -116,19 +116,80 @@ def format_validation_error(tool: str, exc: ValidationError) -> str:
     return f"Invalid arguments for tool {tool!r}: " + "; ".join(problems)
 
 
+@dataclass(frozen=True, slots=True)
+class ToolModels:
+    """What a tool validates its arguments and results with, and the schemas it publishes."""
+
+    arguments_model: type[BaseModel] | None
+    output_adapter: TypeAdapter[Any] | None
+    wraps_output: bool
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+
+
+def _function_models(name: str, fields: dict[str, Any], returns: Any) -> ToolModels:
+    """Pydantic models and JSON schemas of a function tool's arguments and return type."""
+    model = create_model(  # type: ignore[call-overload]
+        f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    input_schema = json_schema(model)
+    input_schema.pop("title", None)
+    output_adapter, output_schema, wraps = None, None, False
+    if returns not in (inspect.Signature.empty, None, type(None)):
+        output_adapter = TypeAdapter(returns)
+        schema = json_schema(output_adapter)
+        wraps = schema.get("type") != "object"
+        if wraps:
+            defs = schema.pop("$defs", None)
+            schema = {"type": "object", "properties": {"result": schema}, "required": ["result"]}
+            if defs:
+                schema["$defs"] = defs
+        schema.pop("title", None)
+        output_schema = schema
+    return ToolModels(model, output_adapter, wraps, input_schema, output_schema)
+
+
 @dataclass(slots=True)
 class Tool:
-    """A tool bound to an environment: its function, its argument model and its schemas."""
+    """A tool bound to an environment: its function, its argument model and its schemas.
+
+    A function tool builds its pydantic models and schemas on first use (`models`), not when it is
+    registered: a server starts without paying for the tools no call uses yet.
+    """
 
     name: str
     fn: Callable[..., Any]
     description: str
     annotations: ToolAnnotations
-    arguments_model: type[BaseModel]
-    output_adapter: TypeAdapter[Any] | None
-    wraps_output: bool
-    input_schema: dict[str, Any] = field(default_factory=dict)
-    output_schema: dict[str, Any] | None = None
+    build: Callable[[], ToolModels] | None = None
+    built: ToolModels | None = None
+
+    @property
+    def models(self) -> ToolModels:
+        if self.built is None:
+            assert self.build is not None, f"tool {self.name!r} has neither models nor a way to build them"
+            self.built = self.build()
+        return self.built
+
+    @property
+    def arguments_model(self) -> type[BaseModel] | None:
+        return self.models.arguments_model
+
+    @property
+    def output_adapter(self) -> TypeAdapter[Any] | None:
+        return self.models.output_adapter
+
+    @property
+    def wraps_output(self) -> bool:
+        return self.models.wraps_output
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return self.models.input_schema
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        return self.models.output_schema
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], name: str | None, annotations: ToolAnnotations) -> Tool:
@@ -157,40 +218,21 @@ class Tool:
                     f"tool {tool_name!r}: describe parameter {param.name!r} in the docstring's Args: section"
                 )
             fields[param.name] = (hints[param.name], info)
-        model = create_model(  # type: ignore[call-overload]
-            f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-        )
-        input_schema = json_schema(model)
-        input_schema.pop("title", None)
-        output_adapter, output_schema, wraps = None, None, False
         returns = hints.get("return", inspect.Signature.empty)
-        if returns not in (inspect.Signature.empty, None, type(None)):
-            output_adapter = TypeAdapter(returns)
-            schema = json_schema(output_adapter)
-            wraps = schema.get("type") != "object"
-            if wraps:
-                defs = schema.pop("$defs", None)
-                schema = {"type": "object", "properties": {"result": schema}, "required": ["result"]}
-                if defs:
-                    schema["$defs"] = defs
-            schema.pop("title", None)
-            output_schema = schema
         return cls(
             name=tool_name,
             fn=fn,
             description=description,
             annotations=annotations,
-            arguments_model=model,
-            output_adapter=output_adapter,
-            wraps_output=wraps,
-            input_schema=input_schema,
-            output_schema=output_schema,
+            build=lambda: _function_models(tool_name, fields, returns),
         )
 
     def parse_arguments(self, arguments: dict[str, Any] | None) -> dict[str, Any]:
         """Validate raw JSON arguments; raises `ToolError` naming each bad argument."""
+        model = self.arguments_model
+        assert model is not None, f"tool {self.name!r} validates its arguments in its own parse_arguments"
         try:
-            parsed = self.arguments_model.model_validate(arguments or {})
+            parsed = model.model_validate(arguments or {})
         except ValidationError as exc:
             raise ToolError(format_validation_error(self.name, exc)) from None
         return {name: getattr(parsed, name) for name in type(parsed).model_fields}

@@ -17,7 +17,6 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.canonical import sha256_hex
-from envreg.env.augment import Augmentation
 from envreg.protocol import DEFAULT_INSTANCE, ENV_RECYCLE, agent_path
 from envreg.server.http import BodyTooLarge, bearer_matches, bearer_token, read_body, send_json
 from envreg.server.instances import InstanceLimitReached, InstanceStore
@@ -297,6 +296,8 @@ def control_app(
         if bad:
             return bad
         try:
+            from envreg.env.augment import Augmentation  # most servers are never augmented
+
             config = Augmentation.model_validate(data)
         except ValidationError as exc:
             problems = "; ".join(

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envreg.env import Environment, Instance, ToolResult
-from envreg.env.augment import Augmentation, Augmenter
 from envreg.errors import LimitReached
 from envreg.protocol import DEFAULT_INSTANCE
 from envreg.server.snapshots import DEFAULT_BUDGET, SnapshotCache
+
+if TYPE_CHECKING:  # imported when an instance is augmented: most servers never are
+    from envreg.env.augment import Augmentation, Augmenter
 
 _INSTANCE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -110,6 +112,8 @@ class InstanceStore:
         if config is None:
             self._augmenters.pop(instance_id, None)
             return None
+        from envreg.env.augment import Augmenter
+
         augmenter = self._augmenters[instance_id] = Augmenter(config, self.env.list_tools())
         return augmenter
 

@@ -46,16 +46,7 @@ class LeanPath:
         self.tools = env.tools
         self.host_check = host_check
         self.server_info = {SERVER_INFO_KEY: {"name": env.name, "version": env.version}}
-        self._list_result = json.dumps(
-            {
-                "cacheScope": "private",
-                "resultType": "complete",
-                "tools": env.list_tools(),
-                "ttlMs": 0,
-                "_meta": self.server_info,
-            },
-            separators=(",", ":"),
-        ).encode()
+        self._list_result: bytes | None = None
         self._discover_result = json.dumps(
             {
                 "cacheScope": "private",
@@ -116,6 +107,8 @@ class LeanPath:
         if method == "tools/list":
             if self.store.augmenter(instance_id) is not None:
                 return _envelope(rid, self._listing(self.store.list_tools(instance_id)))
+            if self._list_result is None:  # the tools' schemas are built on first use (`Tool.models`)
+                self._list_result = self._listing(self.store.env.list_tools())
             return _envelope(rid, self._list_result)
         if method == "server/discover":
             return _envelope(rid, self._discover_result)
