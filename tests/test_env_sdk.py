@@ -119,6 +119,20 @@ def test_a_tool_without_docstring_or_parameter_description_is_refused() -> None:
             """Does something."""
 
 
+def test_a_tool_builds_its_models_on_first_use_and_once() -> None:
+    """A server starts without building every tool's pydantic models and schemas: a call builds its own
+    tool's, a listing builds them all, and nothing is built twice."""
+    env = make_env()
+    assert all(tool.built is None for tool in env.tools.values())
+    instance = env.instance()
+    assert instance.call_tool("add_item", {"name": "pen"}).error is None
+    assert [name for name, tool in env.tools.items() if tool.built is not None] == ["add_item"]
+    built = env.tools["add_item"].built
+    env.list_tools()
+    assert all(tool.built is not None for tool in env.tools.values())
+    assert env.tools["add_item"].built is built
+
+
 def test_a_failing_tool_leaves_the_state_byte_identical() -> None:
     env = make_env()
     instance = env.instance()
