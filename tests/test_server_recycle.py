@@ -124,3 +124,16 @@ def test_a_server_started_without_recycling_refuses_it() -> None:
         assert httpx2.post(f"{proc.control_url}/recycle").status_code == 401
     finally:
         proc.stop()
+
+
+def test_the_parent_builds_what_each_child_would_build_on_its_first_calls(tmp_path: Path) -> None:
+    """A plain server builds a tool's models on first use; a recyclable one builds them all before it
+    forks, so that no child pays for them."""
+    from envreg.env import load_environment
+    from envreg.server.recycle import prepare
+
+    (tmp_path / "env.py").write_text(LEAKY_ENV)
+    env = load_environment(tmp_path)
+    assert all(tool.built is None for tool in env.tools.values())
+    prepare(env)
+    assert all(tool.built is not None for tool in env.tools.values())

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.recyclable:
         from envreg.server.recycle import prepare, serve_recyclable
 
-        prepare()
+        prepare(env)
         return serve_recyclable(
             lambda sockets, generation: serve(replace(config, generation=generation), env, on_ready, sockets),
             args.host,

@@ -20,6 +20,10 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from envreg.env import Environment
 
 RECYCLE_EXIT = 75
 """A child's exit status that asks its parent for a fresh one."""
@@ -101,8 +105,10 @@ def serve_recyclable(
     return 128 + stopping
 
 
-def prepare() -> None:
-    """Import in the parent what every child would import while starting, so that children start at once."""
+def prepare(env: Environment) -> None:
+    """Import and build in the parent what every child would while starting or on its first calls (the
+    tools' models, built on first use in a plain server), so that children start at once."""
+    env.list_tools()
     import uvicorn.lifespan.off
     import uvicorn.protocols.http.h11_impl
 
