@@ -211,3 +211,21 @@ async def test_warm_pools_hand_out_ready_sandboxes() -> None:
         assert time.monotonic() - started < 0.5, "warm acquisition must not start containers"
         assert not (await sb.call_tool("list_calendars")).is_error
         assert not (await inst.call_tool("list_calendars")).is_error
+
+
+async def test_close_removes_the_network_even_with_an_endpoint_left_on_it() -> None:
+    """An endpoint the runtime did not remove (here a container of someone else's, attached to the sandbox
+    network) is forced out by its name, so that the network goes with the runtime."""
+    client = docker.from_env()
+    async with Runtime() as rt:
+        sb = await rt.sandbox("bank", isolation="container")
+        network = rt.backend.network_name
+        image = client.containers.get(sb.server.id).image.id
+        stranger = client.containers.run(image, entrypoint=["sleep", "60"], detach=True, network=network)
+    try:
+        assert not client.networks.list(names=[network])
+        stranger.reload()
+        assert network not in stranger.attrs["NetworkSettings"]["Networks"]
+    finally:
+        stranger.remove(force=True)
+        client.close()

@@ -97,6 +97,7 @@ class DockerBackend(Backend):
         self.client: Any = None
         self.network: Any = None
         self.keeper: Keeper | None = None
+        self.started_names: set[str] = set()  # every container this runtime started, by name
         self._setup_lock = anyio.Lock()
         self._starts = anyio.Semaphore(CONCURRENT_STARTS)
         self._events: Any = None
@@ -149,11 +150,13 @@ class DockerBackend(Backend):
             ISOLATION_LABEL: "container" if dedicated else "instance",
             EXPIRES_LABEL: str(int(time.time() + self.max_lifetime)),
         }
+        name = f"envreg-{spec.name}-{lease[3:]}"
+        self.started_names.add(name)
         with engine_errors(f"starting {spec.name} ({spec.key[:19]})"):
             container = self.client.containers.run(
                 spec.key,
                 detach=True,
-                name=f"envreg-{spec.name}-{lease[3:]}",
+                name=name,
                 environment={
                     ENV_TOKEN: token,
                     ENV_AGENT_TOKEN: agent_token,
@@ -317,18 +320,22 @@ class DockerBackend(Backend):
             except docker.errors.APIError:  # "has active endpoints"
                 if attempt == 19:
                     raise
-                self._disconnect_all(self.network)
+                self._force_endpoints_out(self.network, every_started=attempt == 0)
                 time.sleep(0.5)
         self.client.close()
         self.client = None
 
-    @staticmethod
-    def _disconnect_all(network: Any) -> None:
-        """Force out the endpoints still on `network` (one a removed container left behind included)."""
+    def _force_endpoints_out(self, network: Any, every_started: bool) -> None:
+        """Force out the endpoints still on `network`: those it lists and, with `every_started`, one per
+        container this runtime started. A removal that raced with others can leave an endpoint behind that
+        no container owns (Docker 20.10); the engine deletes it only when asked by its name, the container's."""
         import docker.errors
 
         with contextlib.suppress(docker.errors.APIError):
             network.reload()
-            for container_id in network.attrs.get("Containers") or {}:
-                with contextlib.suppress(docker.errors.APIError):
-                    network.disconnect(container_id, force=True)
+        names = {info.get("Name") for info in (network.attrs.get("Containers") or {}).values()}
+        if every_started:
+            names |= self.started_names
+        for name in sorted(n for n in names if n):
+            with contextlib.suppress(docker.errors.APIError):
+                network.disconnect(name, force=True)
