@@ -23,6 +23,10 @@ variable "VERSION" {
   # the envreg version (pyproject.toml)
   default = "0.1.0"
 }
+variable "PREFIX" {
+  # the image repository prefix, ending in "/" (ENVREG_IMAGE_PREFIX, see envreg/config.py)
+  default = "envreg/"
+}
 variable "REVISION" {
   default = ""
 }
@@ -55,9 +59,9 @@ target "base" {
   args = {
     BASE_IMAGE = BASE_IMAGE
   }
-  tags = ["envreg/base:${VERSION}", "envreg/base:latest"]
+  tags = ["${PREFIX}base:${VERSION}", "${PREFIX}base:latest"]
   labels = {
-    "org.opencontainers.image.title"       = "envreg/base"
+    "org.opencontainers.image.title"       = "${PREFIX}base"
     "org.opencontainers.image.version"     = VERSION
     "org.opencontainers.image.description" = "envreg runtime: Debian bookworm python3 + the envreg environment server"
     "org.opencontainers.image.created"     = CREATED
@@ -74,17 +78,17 @@ target "env" {
   context    = "${STAGE}/env/${e.name}"
   dockerfile = "Dockerfile"
   args = {
-    BASE_IMAGE = "envreg/base:${VERSION}"
+    BASE_IMAGE = "${PREFIX}base:${VERSION}"
   }
-  tags = ["envreg/${e.name}:${e.version}", "envreg/${e.name}:latest"]
+  tags = ["${PREFIX}${e.name}:${e.version}", "${PREFIX}${e.name}:latest"]
   labels = {
-    "org.opencontainers.image.title"       = "envreg/${e.name}"
+    "org.opencontainers.image.title"       = "${PREFIX}${e.name}"
     "org.opencontainers.image.version"     = e.version
     "org.opencontainers.image.description" = e.description
     "org.opencontainers.image.created"     = CREATED
     "org.opencontainers.image.source"      = SOURCE
     "org.opencontainers.image.revision"    = REVISION
-    "org.opencontainers.image.base.name"   = "envreg/base:${VERSION}"
+    "org.opencontainers.image.base.name"   = "${PREFIX}base:${VERSION}"
     "io.envreg.name"                       = e.name
     "io.envreg.version"                    = e.version
     "io.envreg.manifest.digest"            = e.manifest_digest

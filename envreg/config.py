@@ -6,7 +6,7 @@
 | `ENVREG_IMAGES` | where environments are looked up by name | `./images` |
 | `ENVREG_ROOT` | the envreg checkout that `envreg build` builds from | found from the cwd |
 | `ENVREG_MANIFESTS` | where generated manifests are written | `<root>/manifests` |
-| `ENVREG_IMAGE_PREFIX` | local image repository prefix | `envreg/` |
+| `ENVREG_IMAGE_PREFIX` | repository prefix of the images `envreg build` tags (`<prefix>/<name>`, `<prefix>/base`) | `envreg/` |
 | `ENVREG_REGISTRY` | default OCI registry for push / pull / search | none |
 | `ENVREG_REGISTRY_USERNAME`, `ENVREG_REGISTRY_PASSWORD` | registry credentials | Docker's store |
 | `ENVREG_INSECURE_REGISTRIES` | comma-separated registries spoken to over plain HTTP | loopback only |
@@ -52,7 +52,10 @@ def manifests_dir() -> Path | None:
 
 
 def image_prefix() -> str:
-    return _get("ENVREG_IMAGE_PREFIX") or "envreg/"
+    """The local image repository prefix, always ending in ``/``: ``ENVREG_IMAGE_PREFIX=team`` tags
+    ``team/calendar:1.0.0`` and ``team/base:0.1.0`` (``team/`` and ``team`` mean the same)."""
+    value = (_get("ENVREG_IMAGE_PREFIX") or "envreg/").strip().rstrip("/")
+    return f"{value}/"
 
 
 def default_registry() -> str | None:

@@ -16,6 +16,7 @@ import httpx2
 import pytest
 from conftest import REFERENCE_ENVS, ROOT
 
+from envreg.config import image_prefix
 from envreg.images import (
     BaseLock,
     EnvImage,
@@ -90,6 +91,22 @@ def test_bake_vars_carry_every_environment() -> None:
             "manifest_digest": "sha256:" + "2" * 64,
         }
     ]
+
+
+def test_the_image_prefix_names_every_tag_the_build_makes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ENVREG_IMAGE_PREFIX=team` (or `team/`) tags team/<name>:<version> and team/base:<version>."""
+    from envreg.images import base_tag
+
+    lock = BaseLock(tar_sha256="sha256:" + "0" * 64, image_id="sha256:" + "1" * 64, size=1, packages={})
+    for value in ("team", "team/", " team/ "):
+        monkeypatch.setenv("ENVREG_IMAGE_PREFIX", value)
+        assert EnvImage("calendar", "1.0.0", "Cal", "sha256:" + "2" * 64).tag == "team/calendar:1.0.0"
+        assert base_tag("0.1.0") == "team/base:0.1.0"
+        v = bake_vars([], lock=lock, epoch=0, version="0.1.0", revision="", source="", stage=Path("/s"))
+        assert v["variable"]["PREFIX"]["default"] == "team/"
+    bake = (ROOT / "docker-bake.hcl").read_text()
+    tags = [line for line in bake.splitlines() if "tags" in line or "BASE_IMAGE =" in line or ".title" in line]
+    assert tags and all("envreg/" not in line for line in tags), tags
 
 
 def test_require_engine_names_the_setup_script(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -334,12 +351,12 @@ def test_invalid_manifest_is_refused_and_nothing_is_tagged(docker_engine, tmp_pa
     assert proc.returncode == 1
     assert f"refused: {name}" in proc.stderr and "not a valid manifest" in proc.stderr, proc.stderr
     assert "nothing was built" in proc.stderr
-    assert _docker("images", "-q", f"envreg/{name}").stdout.strip() == ""
+    assert _docker("images", "-q", f"{image_prefix()}{name}").stdout.strip() == ""
 
     path.write_text("{not json")
     proc = _envreg_build(name, "--images-dir", str(images), "--manifests-dir", str(manifests), check=False)
     assert proc.returncode == 1 and "not a valid manifest" in proc.stderr, proc.stderr
-    assert _docker("images", "-q", f"envreg/{name}").stdout.strip() == ""
+    assert _docker("images", "-q", f"{image_prefix()}{name}").stdout.strip() == ""
 
 
 @pytest.mark.docker
@@ -358,7 +375,7 @@ def test_stale_manifest_is_refused_when_frozen(docker_engine, tmp_path: Path) ->
     proc = _envreg_build(name, "--frozen", env=env, check=False)
     assert proc.returncode == 1
     assert f"refused: {name}" in proc.stderr and "stale" in proc.stderr, proc.stderr
-    assert _docker("images", "-q", f"envreg/{name}").stdout.strip() == ""
+    assert _docker("images", "-q", f"{image_prefix()}{name}").stdout.strip() == ""
 
 
 @pytest.mark.docker
@@ -369,14 +386,14 @@ def test_broken_environment_is_refused(docker_engine, tmp_path: Path) -> None:
         name, env={"ENVREG_IMAGES": str(images), "ENVREG_MANIFESTS": str(manifests)}, check=False
     )
     assert proc.returncode == 1 and "does not load" in proc.stderr and "boom" in proc.stderr, proc.stderr
-    assert _docker("images", "-q", f"envreg/{name}").stdout.strip() == ""
+    assert _docker("images", "-q", f"{image_prefix()}{name}").stdout.strip() == ""
 
 
 @pytest.mark.docker
 def test_build_does_not_move_a_version_tag_to_other_code(docker_engine, tmp_path: Path) -> None:
     name, images, manifests = _scratch_env(tmp_path)
     env = {"ENVREG_IMAGES": str(images), "ENVREG_MANIFESTS": str(manifests)}
-    tag = f"envreg/{name}:1.0.0"
+    tag = f"{image_prefix()}{name}:1.0.0"
     made: list[str] = []
 
     def build(*args: str) -> str:
@@ -402,5 +419,5 @@ def test_build_does_not_move_a_version_tag_to_other_code(docker_engine, tmp_path
         forced = build("--force")
         assert forced != first and _image_id(tag) == forced
     finally:
-        for ref in (tag, f"envreg/{name}:latest", *made):
+        for ref in (tag, f"{image_prefix()}{name}:latest", *made):
             _docker("rmi", "-f", ref, check=False)

@@ -16,6 +16,7 @@ import pytest
 from daemon_helpers import DaemonProcess
 from mcp_helpers import ERAS, mcp_client
 
+from envreg.config import image_prefix
 from envreg.protocol import AGENT_PORT
 from envreg.runtime import Runtime
 
@@ -144,7 +145,9 @@ def test_rest_api_refuses_oversized_and_crafted_input(daemon: DaemonProcess) -> 
     for env in ("calendar/../../x", "calendar/%2e%2e/x", "calendar?x=1", "../../containers/json"):
         r = daemon.request("POST", "/v1/sandboxes", {"env": env, "isolation": "container"})
         assert r.status_code == 400, r.text  # refused before it reaches an engine API path
-    r = daemon.request("POST", "/v1/sandboxes", {"env": "envreg/base:latest", "isolation": "container"})
+    r = daemon.request(
+        "POST", "/v1/sandboxes", {"env": f"{image_prefix()}base:latest", "isolation": "container"}
+    )
     assert r.status_code == 404 and "not an envreg environment image" in r.json()["error"], r.text
     long_id = "sb_" + "x" * 5000
     r = daemon.request("GET", f"/v1/sandboxes/{long_id}")

@@ -18,6 +18,8 @@ import yaml
 from conftest import FIXTURES, ROOT
 from validate_helpers import npm_cached_home
 
+from envreg.config import image_prefix
+
 pytestmark = [pytest.mark.docker]
 
 WORKFLOW = ROOT / "examples" / "ci" / "environments.yml"
@@ -56,7 +58,7 @@ def test_workflow_builds_validates_and_pushes_by_digest(reference_images, tmp_pa
     }
     # a fresh runner's engine: no tag left by another build of the fixture (an older envreg's manifest)
     with contextlib.suppress(docker.errors.ImageNotFound):
-        docker.from_env().images.remove("envreg/tally:1.0.0", noprune=True)
+        docker.from_env().images.remove(f"{image_prefix()}tally:1.0.0", noprune=True)
     # the user's committed manifests
     subprocess.run(
         [*envreg, "manifest", "--out", "manifests"], cwd=repo, env=env, check=True, capture_output=True

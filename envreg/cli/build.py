@@ -136,6 +136,7 @@ def build(
         ImageBuildError,
         bake_command,
         bake_vars,
+        base_tag,
         build_base_rootfs,
         envreg_version,
         git_facts,
@@ -235,7 +236,9 @@ def build(
         return
 
     # 4. bake: base first (env images use it as FROM once loaded), then the environments
-    _run_bake(bake_command(p, vars_file, ["base"], progress="plain"), label="envreg/base", progress=progress)
+    _run_bake(
+        bake_command(p, vars_file, ["base"], progress="plain"), label=base_tag(version), progress=progress
+    )
     _run_bake(
         bake_command(p, vars_file, env_targets, progress="plain"),
         label=", ".join(e.tag for e, _, _ in envs),
@@ -245,7 +248,7 @@ def build(
     # 5. report
     rows = []
     for tag, name, ver, mdigest in [
-        (f"envreg/base:{version}", "base", version, ""),
+        (base_tag(version), "base", version, ""),
         *((e.tag, e.name, e.version, e.manifest_digest) for e, _, _ in envs),
     ]:
         info = _inspect(tag)

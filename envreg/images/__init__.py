@@ -20,12 +20,11 @@ Only the standard library is imported at module level: `scripts/build-base` may 
 """
 
 from envreg.images.bake import (
-    BASE_REPO,
-    IMAGE_PREFIX,
     VENV,
     EnvImage,
     bake_command,
     bake_vars,
+    base_tag,
     envreg_version,
     git_facts,
     source_date_epoch,
@@ -66,9 +65,7 @@ from envreg.images.wheels import (
 )
 
 __all__ = [
-    "BASE_REPO",
     "EXCLUDED_DEPENDENCIES",
-    "IMAGE_PREFIX",
     "INCLUDE",
     "MIRROR",
     "ROOTFS_ENV",
@@ -84,6 +81,7 @@ __all__ = [
     "Paths",
     "bake_command",
     "bake_vars",
+    "base_tag",
     "build_base_rootfs",
     "build_envreg_wheel",
     "canonical_name",

@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envreg.config import image_prefix
 from envreg.images.base import BaseLock
 from envreg.images.paths import ImageBuildError, Paths
 from envreg.images.wheels import build_envreg_wheel, fetch_wheelhouse
 from envreg.source import file_sha256, source_differences, source_files, summarize
 
-BASE_REPO = "envreg/base"
-IMAGE_PREFIX = "envreg/"
 VENV = "/opt/envreg"
 
 
@@ -108,7 +107,12 @@ class EnvImage:
 
     @property
     def tag(self) -> str:
-        return f"{IMAGE_PREFIX}{self.name}:{self.version}"
+        return f"{image_prefix()}{self.name}:{self.version}"
+
+
+def base_tag(version: str) -> str:
+    """The base image's tag for this envreg version, under the configured prefix."""
+    return f"{image_prefix()}base:{version}"
 
 
 def git_facts(root: Path) -> tuple[str, int | None, str]:
@@ -141,6 +145,7 @@ def bake_vars(
         "SOURCE_DATE_EPOCH": str(epoch),
         "CREATED": created,
         "VERSION": version,
+        "PREFIX": image_prefix(),
         "REVISION": revision,
         "SOURCE": source,
         "STAGE": str(stage),
