@@ -8,9 +8,8 @@ import re
 from functools import cache
 from pathlib import Path
 
-from llm_standin import text, tool_calls
-
 from envreg.manifest import Manifest
+from envreg.standin import text, tool_calls
 from envreg.synth.embed import make_embedder
 from envreg.synth.graph import ToolGraph, build_graph, load_manifests
 from envreg.synth.records import function_name
