@@ -19,6 +19,7 @@ its `error` recorded, never a lost record.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable, Iterable
@@ -31,7 +32,7 @@ from envreg.canonical import canonical_json, sha256_hex
 from envreg.errors import EnvregError
 from envreg.reward.score import RewardBreakdown, ScoreOptions, Scorer
 from envreg.rollout.policy import Policy
-from envreg.rollout.record import EnvProvenance, EpisodeRecord, TurnRecord
+from envreg.rollout.record import CallRecord, EnvProvenance, EpisodeRecord, TurnRecord
 from envreg.rollout.session import Session
 from envreg.rollout.task import Task
 from envreg.runtime import Runtime
@@ -281,15 +282,15 @@ class Rollouts:
 
     # reward ------------------------------------------------------------------------------------
     async def score(self, record: EpisodeRecord, task: Task) -> EpisodeRecord:
-        """The composite reward of the episode, and of each turn from the oracle's state before it."""
+        """The composite reward of the calls that ran, for the episode and each turn (from the oracle's state
+        before it)."""
         start = time.perf_counter()
-        record.reward = await self.scorer.score(task.truth(), record.assistant_messages())
+        record.reward = await self.scorer.score(task.truth(), ran(record.calls))
         if self.options.per_turn and len(task.turns) > 1:
             for k, turn in enumerate(record.turns):
                 truth = task.turn_truth(k)
                 if truth is not None:
-                    said = [m for m in turn.messages if m.get("role") == "assistant"]
-                    turn.reward = await self.scorer.score(truth, said)
+                    turn.reward = await self.scorer.score(truth, ran(turn.calls))
         elif record.turns:
             record.turns[0].reward = record.reward
         record.passed = passed(record.reward) and record.error is None
@@ -298,6 +299,15 @@ class Rollouts:
 
     async def aclose(self) -> None:
         await self.scorer.close()
+
+
+def ran(calls: Iterable[CallRecord]) -> list[dict[str, Any]]:
+    """The calls that ran, as the reward reads model output (unreadable ones as their raw text)."""
+    out = []
+    for call in calls:
+        arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+        out.append({"name": call.name, "arguments": arguments})
+    return out
 
 
 def _assistant(message: dict[str, Any]) -> dict[str, Any]:

@@ -77,7 +77,3 @@ class EpisodeRecord(BaseModel):
     @property
     def calls(self) -> list[CallRecord]:
         return [c for t in self.turns for c in t.calls]
-
-    def assistant_messages(self) -> list[dict[str, Any]]:
-        """Every assistant message of the episode (what the reward reads)."""
-        return [m for t in self.turns for m in t.messages if m.get("role") == "assistant"]
