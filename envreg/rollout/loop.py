@@ -192,6 +192,7 @@ class Rollouts:
                 EnvProvenance(
                     name=env,
                     isolation=sb.isolation,
+                    sandbox=sb.id,
                     digest=sb.env_digest,
                     snapshot_id=session.snapshot_ids.get(env),
                     initial_state_sha256=self._initial_hash(task)[env],

@@ -45,6 +45,7 @@ class TurnRecord(BaseModel):
 class EnvProvenance(BaseModel):
     name: str
     isolation: str
+    sandbox: str = Field(default="", description="The sandbox id the rollout ran in.")
     digest: str = Field(description="What ran: the image ID (Docker tiers) or the manifest digest (local).")
     snapshot_id: str | None = None
     initial_state_sha256: str = ""

@@ -100,7 +100,14 @@ class StandInLLM:
             ]
         )
         self.server = uvicorn.Server(
-            uvicorn.Config(self.app, host=host, port=port, log_level="warning", access_log=False)
+            uvicorn.Config(
+                self.app,
+                host=host,
+                port=port,
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=1,
+            )
         )
         self.thread = threading.Thread(target=self.server.run, daemon=True, name="envreg-standin")
 
