@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 import anyio
@@ -226,3 +227,66 @@ async def initial_snapshot(
         return runtime.snapshots.get(task.snapshot_ids[env])
     spec = await runtime.resolve((sources or {}).get(env, env), isolation)  # type: ignore[arg-type]
     return runtime.snapshots.put(spec.name, spec.digest, task.initial_states[env])
+
+
+class Sessions:
+    """Sessions by key (a trajectory, a rollout) for trainers' tools: opened on first use, scored, closed.
+
+    Every method runs on the runtime's event loop (`envreg.rollout.background.Background.run`). Calls
+    to one session run one at a time, in the order they came.
+    """
+
+    def __init__(self, runtime: Runtime, *, isolation: str = "local", sources: Mapping[str, Any] | None = None,
+                 ttl: float | None = 3600.0, score_options: Any = None) -> None:  # fmt: skip
+        from envreg.reward.score import Scorer
+
+        self.runtime = runtime
+        self.isolation = isolation
+        self.sources = dict(sources or {})
+        self.ttl = ttl
+        self.open: dict[str, Session] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self.scorer = Scorer(runtime, options=score_options, sources=self.sources)
+
+    def _lock(self, key: str) -> anyio.Lock:
+        return self._locks.setdefault(key, anyio.Lock())
+
+    async def get(self, key: str, task: Task) -> Session:
+        async with self._lock(key):
+            if key not in self.open:
+                self.open[key] = await Session.open(
+                    self.runtime, task, isolation=self.isolation, sources=self.sources, ttl=self.ttl
+                )
+            return self.open[key]
+
+    async def call(
+        self, key: str, task: Task, env: str, tool: str, arguments: Any, call_id: str = ""
+    ) -> CallRecord:
+        """Run one call in `key`'s session (opened in `task`'s initial state on first use)."""
+        session = await self.get(key, task)
+        async with self._lock(key):
+            return await session.call(task.function_name(env, tool), arguments, call_id)
+
+    async def score(self, key: str, task: Task) -> Any:
+        """The composite reward of the calls `key`'s session ran (none: an episode that called nothing)."""
+        from envreg.rollout.loop import ran
+
+        session = self.open.get(key)
+        return await self.scorer.score(task.truth(), ran(session.calls if session else []))
+
+    async def close(self, key: str) -> None:
+        session = self.open.pop(key, None)
+        self._locks.pop(key, None)
+        if session is not None:
+            await session.close()
+
+    async def close_all(self) -> None:
+        for key in list(self.open):
+            await self.close(key)
+        await self.scorer.close()
+
+
+@lru_cache(maxsize=1024)
+def task_from_json(text: str) -> Task:
+    """A task from its JSON text, parsed once (a GRPO group sends the same text n times)."""
+    return Task.model_validate_json(text)
