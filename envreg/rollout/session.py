@@ -226,7 +226,10 @@ async def initial_snapshot(
     if env in task.snapshot_ids:
         return runtime.snapshots.get(task.snapshot_ids[env])
     spec = await runtime.resolve((sources or {}).get(env, env), isolation)  # type: ignore[arg-type]
-    return runtime.snapshots.put(spec.name, spec.digest, task.initial_states[env])
+    key = (env, spec.digest, id(runtime.snapshots))
+    if key not in task._snapshots:  # one canonical serialization per task, not one per group
+        task._snapshots[key] = runtime.snapshots.put(spec.name, spec.digest, task.initial_states[env])
+    return task._snapshots[key]
 
 
 class Sessions:

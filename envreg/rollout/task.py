@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from envreg.env import Environment, Scenario, load_environment, load_scenarios
 from envreg.env.augment import Augmentation
@@ -55,6 +55,7 @@ class Task(BaseModel):
     augmentation: dict[str, Augmentation] = Field(default_factory=dict)
     system: str = SYSTEM_PROMPT
     source: str = Field(default="", description="Where the task came from (scenario, record, file).")
+    _snapshots: dict[tuple[str, str, int], Any] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _complete(self) -> Task:
