@@ -30,7 +30,7 @@ def served():
 
 
 def test_the_module_serves_the_oracle_over_http(served) -> None:
-    from openai import OpenAI
+    OpenAI = pytest.importorskip("openai", reason="the openai SDK comes with envreg's synth extra").OpenAI
 
     task = catalog_tasks("bank")[0]
     client = OpenAI(base_url=served, api_key="x")
@@ -56,7 +56,7 @@ def test_bad_arguments_are_refused_with_usage() -> None:
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_script_answers_a_chat_completion(script: str) -> None:
-    from openai import OpenAI
+    OpenAI = pytest.importorskip("openai", reason="the openai SDK comes with envreg's synth extra").OpenAI
 
     task = catalog_tasks("bank")[0]
     with StandInLLM(Scripted([task], script)) as llm:
