@@ -184,6 +184,10 @@ class BfclForm:
         "private": "Everything else the object holds: private attributes, dict orders, float markers.",
     }
 
+    @property
+    def cls(self) -> type:
+        return bfcl_class(self.class_name)
+
     def new(self) -> Any:
         obj = bfcl_class(self.class_name)()
         if not is_stateless(self.class_name):

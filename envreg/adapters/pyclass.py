@@ -28,7 +28,7 @@ from pydantic.json_schema import SkipJsonSchema
 from envreg.canonical import canonical_json
 from envreg.env import Environment, EnvState, Tool, ToolAnnotations, ToolError, ToolResult
 from envreg.env.state import DEFAULT_EPOCH
-from envreg.env.tool import ToolModels
+from envreg.env.tool import Binder, ToolModels
 
 __all__ = [
     "UNKNOWN_EFFECTS",
@@ -51,6 +51,10 @@ class StateForm(Protocol):
 
     #: state field name -> description (the fields of the envreg state model)
     fields: dict[str, str]
+
+    @property
+    def cls(self) -> type:
+        """The class whose methods are the tools."""
 
     def new(self) -> Any:
         """A fresh instance of the class, in its default state."""
@@ -237,11 +241,12 @@ class MethodTool(Tool):
         return ToolResult(value=data, structured=structured)
 
 
-def _runner(method: str) -> Callable[..., Any]:
-    def run(state: ForeignState, **arguments: Any) -> Any:
+def _runner(method: str, binder: Binder) -> Callable[..., Any]:
+    # the state comes by position: a method parameter may be named `state` (or anything else)
+    def run(state: ForeignState, /, **arguments: Any) -> Any:
         obj = state.live()
         with no_network(method):
-            value = getattr(obj, method)(**arguments)
+            value = binder.call(getattr(obj, method), (), arguments)
         state.store(obj)
         return value
 
@@ -249,14 +254,21 @@ def _runner(method: str) -> Callable[..., Any]:
     return run
 
 
-def method_tool(method: Method) -> MethodTool:
+def method_tool(method: Method, cls: type | None = None) -> MethodTool:
+    """The tool serving `method`; with `cls`, its signature is checked (``*args`` is refused) and bound."""
+    binder = Binder()
+    if cls is not None:
+        try:
+            binder = Binder.of(getattr(cls, method.name), skip=1, what=f"{cls.__name__}.{method.name}")
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
     schema = method.input_schema
     Draft202012Validator.check_schema(schema)
     if method.output_schema is not None:
         Draft202012Validator.check_schema(method.output_schema)
     return MethodTool(
         name=method.name,
-        fn=_runner(method.name),
+        fn=_runner(method.name, binder),
         description=method.description,
         annotations=method.annotations,
         built=ToolModels(  # arguments are validated by `validator`, not a pydantic model
@@ -308,6 +320,6 @@ def class_environment(spec: ClassEnvironment) -> Environment:
     for method in spec.methods:
         if method.name in env.tools:
             raise ValueError(f"environment {spec.name!r} already has a tool named {method.name!r}")
-        env.tools[method.name] = method_tool(method)
+        env.tools[method.name] = method_tool(method, spec.form.cls)
     env.seed = spec.form.dump(spec.form.new())
     return env
