@@ -77,6 +77,9 @@ class Method:
     annotations: ToolAnnotations = UNKNOWN_EFFECTS
     #: turns the validated JSON arguments into the method's keyword arguments (default: as they came)
     convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    #: the schema arguments are checked against when it is more lenient than the published one
+    #: (BFCL's `--coercion bfcl`: numbers as strings where the method converts them); default: input_schema
+    accepts: dict[str, Any] | None = None
 
 
 class ForeignState(EnvState):
@@ -264,6 +267,8 @@ def method_tool(method: Method, cls: type | None = None) -> MethodTool:
             raise ValueError(str(exc)) from None
     schema = method.input_schema
     Draft202012Validator.check_schema(schema)
+    if method.accepts is not None:
+        Draft202012Validator.check_schema(method.accepts)
     if method.output_schema is not None:
         Draft202012Validator.check_schema(method.output_schema)
     return MethodTool(
@@ -278,7 +283,7 @@ def method_tool(method: Method, cls: type | None = None) -> MethodTool:
             input_schema=schema,
             output_schema=method.output_schema,
         ),
-        validator=Draft202012Validator(schema),
+        validator=Draft202012Validator(method.accepts or schema),
         convert=method.convert,
     )
 
