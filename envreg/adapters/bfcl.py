@@ -186,9 +186,13 @@ def converted_parameters(class_name: str, method: str) -> frozenset[str]:
     for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(fn)))):
         if isinstance(node, ast.Call) and converting(node.func):
             found |= {a.id for a in node.args if isinstance(a, ast.Name) and a.id in params}
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in params:
-            if any(isinstance(t, ast.Attribute) and converting(t) for t in node.targets):
-                found.add(node.value.id)
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in params
+            and any(isinstance(t, ast.Attribute) and converting(t) for t in node.targets)
+        ):
+            found.add(node.value.id)
     return frozenset(found)
 
 

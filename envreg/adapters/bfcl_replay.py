@@ -97,7 +97,11 @@ def numbers_as_strings(source: str) -> str:
     def quoted(arg: ast.expr) -> ast.expr:
         if isinstance(arg, ast.Constant) and type(arg.value) in (int, float):
             return ast.Constant(str(arg.value))
-        if isinstance(arg, ast.UnaryOp) and isinstance(arg.op, ast.USub) and isinstance(arg.operand, ast.Constant):
+        if (
+            isinstance(arg, ast.UnaryOp)
+            and isinstance(arg.op, ast.USub)
+            and isinstance(arg.operand, ast.Constant)
+        ):
             return ast.Constant(f"-{arg.operand.value}")
         return arg
 
@@ -109,7 +113,11 @@ def numbers_as_strings(source: str) -> str:
 
 def has_numbers(entry: bfcl.Entry) -> bool:
     """Whether some ground-truth call of `entry` passes a number literal (what `numbers-as-strings` changes)."""
-    return any(numbers_as_strings(c) != ast.unparse(ast.parse(c.strip(), mode="eval")) for t in entry.ground_truth for c in t)
+    return any(
+        numbers_as_strings(c) != ast.unparse(ast.parse(c.strip(), mode="eval"))
+        for t in entry.ground_truth
+        for c in t
+    )
 
 
 def outcome(result: ToolResult) -> str:
