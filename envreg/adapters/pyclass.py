@@ -299,6 +299,8 @@ class ClassEnvironment:
     description: str
     domain: str = "general"
     volatile: list[str] = field(default_factory=list)
+    #: tools made some other way (EnvFactory's FastMCP functions), served after the methods
+    tools: list[Tool] = field(default_factory=list)
 
 
 def class_environment(spec: ClassEnvironment) -> Environment:
@@ -326,5 +328,9 @@ def class_environment(spec: ClassEnvironment) -> Environment:
         if method.name in env.tools:
             raise ValueError(f"environment {spec.name!r} already has a tool named {method.name!r}")
         env.tools[method.name] = method_tool(method, spec.form.cls)
+    for tool in spec.tools:
+        if tool.name in env.tools:
+            raise ValueError(f"environment {spec.name!r} already has a tool named {tool.name!r}")
+        env.tools[tool.name] = tool
     env.seed = spec.form.dump(spec.form.new())
     return env
