@@ -34,11 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from envreg.errors import EngineError, EnvregError, ImageNotFound
-from envreg.protocol import EXPIRES_LABEL, MANAGED_LABEL
+from envreg.protocol import ENV_FOREIGN_CODE, EXPIRES_LABEL, MANAGED_LABEL
 
-__all__ = ["FOREIGN_CODE_ENV", "SandboxFailed", "SandboxLimits", "SandboxTimeout", "run_isolated"]
-
-FOREIGN_CODE_ENV = "ENVREG_FOREIGN_CODE"
+__all__ = ["SandboxFailed", "SandboxLimits", "SandboxTimeout", "run_isolated"]
 WORKDIR = "/tmp/work"
 # reads the request, puts envreg's zip first on sys.path, hands over to `_serve` from that envreg
 _BOOTSTRAP = (
@@ -143,7 +141,7 @@ def run_isolated(
             command=[],
             name=name,
             labels={MANAGED_LABEL: "true", EXPIRES_LABEL: str(int(time.time() + timeout + 60))},
-            environment={FOREIGN_CODE_ENV: "allow", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"},
+            environment={ENV_FOREIGN_CODE: "allow", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"},
             stdin_open=True,
             detach=False,  # with stdin_open: StdinOnce, so our half-close is the code's end of input
             network_mode="none",

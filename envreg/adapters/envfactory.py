@@ -535,9 +535,6 @@ def serve(
         raise ImportProblem(f"{tool_file.name} declares no tools: expected `mcp = FastMCP(...)` and @mcp.tool() functions")
     declared = {n: d for n, d in server.declared.items() if n not in HIDDEN}
     binding = find_binding(module, {n: d.fn for n, d in server.declared.items()})
-    for hook in HIDDEN:
-        if hook not in server.declared:
-            raise ImportProblem(f"{tool_file.name} has no @mcp.tool {hook}(): EnvFactory loads and saves state with it")
     tools = [function_tool(n, d.fn, d.description, binding) for n, d in declared.items()]
     notes = []
     if meta.class_name != binding.cls.__name__:
