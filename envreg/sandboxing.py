@@ -33,7 +33,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from envreg.errors import EngineError, EnvregError, ImageNotFound
+from envreg.errors import EnvregError, ImageNotFound
 from envreg.protocol import ENV_FOREIGN_CODE, EXPIRES_LABEL, MANAGED_LABEL
 
 __all__ = ["SandboxFailed", "SandboxLimits", "SandboxTimeout", "run_isolated"]
@@ -73,7 +73,9 @@ def _envreg_zip() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(root.rglob("*.py")):
-            zf.writestr(zipfile.ZipInfo(f"envreg/{path.relative_to(root)}", (1980, 1, 1, 0, 0, 0)), path.read_bytes())
+            zf.writestr(
+                zipfile.ZipInfo(f"envreg/{path.relative_to(root)}", (1980, 1, 1, 0, 0, 0)), path.read_bytes()
+            )
     return buffer.getvalue()
 
 
@@ -132,7 +134,8 @@ def run_isolated(
         except Exception as exc:
             if type(exc).__name__ == "ImageNotFound":
                 raise ImageNotFound(
-                    f"the sandbox image {image} is missing", "build it: `envreg build` (any environment builds the base)"
+                    f"the sandbox image {image} is missing",
+                    "build it: `envreg build` (any environment builds the base)",
                 ) from None
             raise
         container = client.containers.create(

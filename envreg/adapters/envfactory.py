@@ -251,7 +251,9 @@ def find_binding(module: ModuleType, declared: dict[str, Callable[..., Any]]) ->
     name, obj = next(iter(candidates.items()))
     assigned = set().union(*(_assigned_globals(fn) for fn in vars(module).values() if inspect.isfunction(fn)))
     if name in assigned:
-        raise ImportProblem(f"a function of the file replaces the module's {name!r} object: envreg binds it per call")
+        raise ImportProblem(
+            f"a function of the file replaces the module's {name!r} object: envreg binds it per call"
+        )
     state = {n: copy.deepcopy(vars(module).get(n)) for n in sorted(assigned)}
     for n, value in state.items():
         try:
@@ -295,8 +297,15 @@ class ScenarioForm:
     def fields(self) -> dict[str, str]:
         fields = {"scenario": "What the class's save_scenario() returns; its load_scenario() takes it back."}
         if self.binding.module_state:
-            fields["module"] = "Module globals the tool functions assign: " + ", ".join(self.binding.module_state)
+            fields["module"] = "Module globals the tool functions assign: " + ", ".join(
+                self.binding.module_state
+            )
         return fields
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """A state given without the module globals starts them as the file sets them."""
+        return {"module": self.binding.module_state} if self.binding.module_state else {}
 
     def new(self) -> Live:
         return Live(self.cls(), copy.deepcopy(self.binding.module_state))
@@ -457,9 +466,7 @@ class FunctionTool(Tool):
             model = self.signature.model.model_validate(arguments)
         except ValidationError as exc:
             raise ToolError(f"Error executing tool {self.name}: {exc}") from None
-        return {
-            (info.alias or name): getattr(model, name) for name, info in type(model).model_fields.items()
-        }
+        return {(info.alias or name): getattr(model, name) for name, info in type(model).model_fields.items()}
 
     def to_result(self, value: Any) -> ToolResult:
         assert self.signature is not None
@@ -468,7 +475,9 @@ class FunctionTool(Tool):
         if self.signature.output_model is not None:
             try:
                 data = {"result": value} if self.signature.wraps else value
-                structured = self.signature.output_model.model_validate(data).model_dump(mode="json", by_alias=True)
+                structured = self.signature.output_model.model_validate(data).model_dump(
+                    mode="json", by_alias=True
+                )
                 if self.output_schema is not None:
                     Draft202012Validator(self.output_schema).validate(structured)
             except Exception as exc:
@@ -493,7 +502,9 @@ def _runner(name: str, fn: Callable[..., Any], binding: Binding) -> Callable[...
     return run
 
 
-def function_tool(name: str, fn: Callable[..., Any], description: str | None, binding: Binding) -> FunctionTool:
+def function_tool(
+    name: str, fn: Callable[..., Any], description: str | None, binding: Binding
+) -> FunctionTool:
     signature = signature_of(fn)
     return FunctionTool(
         name=name,
@@ -532,7 +543,9 @@ def serve(
     module = load_module(tool_file)
     server = next((v for v in vars(module).values() if hasattr(v, "declared")), None)
     if server is None or not server.declared:
-        raise ImportProblem(f"{tool_file.name} declares no tools: expected `mcp = FastMCP(...)` and @mcp.tool() functions")
+        raise ImportProblem(
+            f"{tool_file.name} declares no tools: expected `mcp = FastMCP(...)` and @mcp.tool() functions"
+        )
     declared = {n: d for n, d in server.declared.items() if n not in HIDDEN}
     binding = find_binding(module, {n: d.fn for n, d in server.declared.items()})
     tools = [function_tool(n, d.fn, d.description, binding) for n, d in declared.items()]

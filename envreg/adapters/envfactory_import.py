@@ -20,6 +20,7 @@ from envreg.canonical import canonical_json
 from envreg.env import Environment, RejectedState, Scenario
 from envreg.env.scenario import CallOutcome
 from envreg.protocol import FOREIGN_MARKER
+
 RECORDED = "recorded_from_seed"
 
 
@@ -84,7 +85,9 @@ def seed_arguments(tool: dict[str, Any], seed: Any) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------ recording
-def _run(env: Environment, initial: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, str]]:
+def _run(
+    env: Environment, initial: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]
+) -> list[tuple[str, str]]:
     instance = env.instance(initial)
     trace = []
     for tool, arguments in calls:
@@ -93,9 +96,7 @@ def _run(env: Environment, initial: dict[str, Any], calls: list[tuple[str, dict[
     return trace
 
 
-def record_scenario(
-    env: Environment, initial: dict[str, Any]
-) -> tuple[Scenario, list[dict[str, str]]]:
+def record_scenario(env: Environment, initial: dict[str, Any]) -> tuple[Scenario, list[dict[str, str]]]:
     """One call of each tool on `initial`, replayed twice; calls whose result or state differs between the two
     runs are left out (and returned, with what differed)."""
     seed = initial.get("scenario", initial)
@@ -131,6 +132,14 @@ def record_scenario(
 
 
 # ------------------------------------------------------------------------------ inside the sandbox
+def _reason(exc: Exception) -> str:
+    """A validation error in one line: its first problem, without pydantic's links."""
+    errors = getattr(exc, "errors", None)
+    text = errors()[0]["msg"] if callable(errors) and errors() else str(exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "errors.pydantic.dev" not in ln]
+    return " ".join(lines).removeprefix("Value error, ")[:400]
+
+
 def inspect_tool_file(work: Path, payload: dict[str, Any]) -> dict[str, Any]:
     """The import report of the tool file in `work` (runs in a sandbox; see the module docstring)."""
     import logging
@@ -143,7 +152,11 @@ def inspect_tool_file(work: Path, payload: dict[str, Any]) -> dict[str, Any]:
     try:
         source = ef.check_syntax(tool_file)
         served = ef.serve(
-            tool_file, metadata_file, name=payload["name"], version=payload["version"], domain=payload["domain"]
+            tool_file,
+            metadata_file,
+            name=payload["name"],
+            version=payload["version"],
+            domain=payload["domain"],
         )
     except ef.ImportProblem as exc:
         return {"ok": False, "problem": str(exc)}
@@ -162,7 +175,9 @@ def inspect_tool_file(work: Path, payload: dict[str, Any]) -> dict[str, Any]:
     try:
         first = env.parse_state(initial).to_json()
     except ValueError as exc:
-        return {**report, "ok": False, "problem": f"the seed does not load: {str(exc).splitlines()[-1]}"}
+        whose = "the seed given" if seed is not None else "the state of a new object (its save_scenario())"
+        hint = "" if seed is not None else "; give a seed it loads (--seed)"
+        return {**report, "ok": False, "problem": f"{whose} does not load: {_reason(exc)}{hint}"}
     again = env.parse_state(json.loads(canonical_json(first))).to_json()
     report["round_trip"] = (
         None
@@ -226,7 +241,12 @@ def write_folder(
     put(
         "env.py",
         ENV_PY.format(
-            cls=report["class"], tool=tool, metadata=metadata, name=name, version=version, domain=domain,
+            cls=report["class"],
+            tool=tool,
+            metadata=metadata,
+            name=name,
+            version=version,
+            domain=domain,
             marker=FOREIGN_MARKER,
         ).encode(),
     )

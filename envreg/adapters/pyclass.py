@@ -95,6 +95,7 @@ class ForeignState(EnvState):
     def _own_copy(cls, data: Any) -> Any:
         # the state must not share lists or dicts with whoever handed it over
         if isinstance(data, dict):
+            data = {**getattr(cls.form, "defaults", {}), **data}  # fields a form fills when left out
             return {k: v if k in ("now", "id_counters") else _copy_json(v) for k, v in data.items()}
         return data
 

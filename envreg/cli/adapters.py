@@ -76,7 +76,8 @@ def replay(
     numbers_as_strings: Annotated[
         bool,
         typer.Option(
-            "--numbers-as-strings", help="Replay the ground truth with every number argument written as a string."
+            "--numbers-as-strings",
+            help="Replay the ground truth with every number argument written as a string.",
         ),
     ] = False,
     coercion: Annotated[

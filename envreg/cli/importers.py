@@ -32,7 +32,9 @@ def envfactory(
     ],
     name: Annotated[
         str | None,
-        typer.Option(help="Environment name, [a-z0-9][a-z0-9-]* (default: the metadata's class_name in kebab case)."),
+        typer.Option(
+            help="Environment name, [a-z0-9][a-z0-9-]* (default: the metadata's class_name in kebab case)."
+        ),
     ] = None,
     version: Annotated[str, typer.Option(help="Environment version.")] = "1.0.0",
     domain: Annotated[str, typer.Option(help="Environment domain.")] = "general",
@@ -41,10 +43,16 @@ def envfactory(
     ] = None,
     scenarios: Annotated[
         Path | None,
-        typer.Option(help="A folder of envreg validation scenarios (*.json, rejected/*.json) to ship and run."),
+        typer.Option(
+            help="A folder of envreg validation scenarios (*.json, rejected/*.json) to ship and run."
+        ),
     ] = None,
-    images: Annotated[Path, typer.Option(help="Environments folder the new folder goes into.")] = Path("images"),
-    force: Annotated[bool, typer.Option("--force", help="Write into an existing folder of that name.")] = False,
+    images: Annotated[Path, typer.Option(help="Environments folder the new folder goes into.")] = Path(
+        "images"
+    ),
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into an existing folder of that name.")
+    ] = False,
     timeout: Annotated[float, typer.Option(help="Seconds the inspection may take in its sandbox.")] = 300.0,
 ) -> None:
     """Inspect TOOL_FILE in a container sandbox (never on this host), then copy it and its metadata unchanged
@@ -73,13 +81,18 @@ def envfactory(
     except (ef.ImportProblem, ValueError) as exc:
         _fail(str(exc))
     if tool_file.name in ("env.py", FOREIGN_MARKER) or tool_file.name == metadata.name:
-        _fail(f"the tool file cannot be named {tool_file.name} (the folder's env.py and {FOREIGN_MARKER} are envreg's)")
+        _fail(
+            f"the tool file cannot be named {tool_file.name} (the folder's env.py and {FOREIGN_MARKER} are envreg's)"
+        )
     root = images.resolve()
     folder = (images / env_name).resolve()
     if folder.parent != root:  # the name rule already keeps it there; this is the guarantee
         _fail(f"{folder} is not inside {root}")
     if folder.exists() and not force:
-        _fail(f"{images / env_name} exists", "pass --force to write into it, or --name to import under another name")
+        _fail(
+            f"{images / env_name} exists",
+            "pass --force to write into it, or --name to import under another name",
+        )
 
     files = {tool_file.name: tool_file.read_bytes(), metadata.name: metadata.read_bytes()}
     payload = {
@@ -123,7 +136,10 @@ def envfactory(
         f"{escape(tool_file.name)} as [bold]{env_name}[/] {escape(version)} -> {escape(str(images / env_name))}/",
         highlight=False,
     )
-    out.print(f"  {len(report['tools'])} tools (its @mcp.tool functions): {', '.join(report['tools'])}", highlight=False)
+    out.print(
+        f"  {len(report['tools'])} tools (its @mcp.tool functions): {', '.join(report['tools'])}",
+        highlight=False,
+    )
     out.print(f"  files: {', '.join(str(p.relative_to(folder)) for p in written)}", highlight=False)
     for note in report["notes"]:
         out.print(f"  [yellow]note:[/] {escape(note)}", highlight=False)
@@ -144,7 +160,14 @@ def envfactory(
     if report["round_trip"] is not None:
         checks.insert(0, {"name": "seed round-trip", "passed": False, "evidence": report["round_trip"]})
     else:
-        checks.insert(0, {"name": "seed round-trip", "passed": True, "evidence": "save_scenario -> load_scenario -> save_scenario gives the same state"})
+        checks.insert(
+            0,
+            {
+                "name": "seed round-trip",
+                "passed": True,
+                "evidence": "save_scenario -> load_scenario -> save_scenario gives the same state",
+            },
+        )
     table = Table(title=f"checks of {env_name} (in its sandbox)")
     for col in ("check", "result", "evidence"):
         table.add_column(col, overflow="fold")
@@ -160,7 +183,9 @@ def envfactory(
             f"{env_name} was imported into {images / env_name}/ but fails the checks above",
             "fix the tool file (envreg validate will refuse its image as it is)",
         )
-    out.print(f"next: `envreg manifest {env_name}` and `envreg build {env_name}` (both run its code in a container)")
+    out.print(
+        f"next: `envreg manifest {env_name}` and `envreg build {env_name}` (both run its code in a container)"
+    )
 
 
 def register(root: typer.Typer) -> None:
