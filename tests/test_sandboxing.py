@@ -31,7 +31,10 @@ def base_image(docker_engine) -> str:
     if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
         proc = subprocess.run(
             [sys.executable, "-m", "envreg.cli.main", "build", "--force", "calendar"],
-            cwd=ROOT, capture_output=True, text=True, timeout=1800,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=1800,
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
     return image
@@ -71,32 +74,51 @@ def test_the_sandbox_is_hardened_and_has_no_network(base_image: str) -> None:
 
 
 def test_what_raises_and_what_runs_too_long_are_clear_errors(base_image: str) -> None:
-    with pytest.raises(SandboxFailed, match="failed in its sandbox: ModuleNotFoundError: No module named 'envreg.nope'"):
+    with pytest.raises(
+        SandboxFailed, match="failed in its sandbox: ModuleNotFoundError: No module named 'envreg.nope'"
+    ):
         run_isolated("envreg.nope:f")
     with pytest.raises(ValueError, match="must be a relative path"):
         run_isolated("envreg.sandboxing:facts", files={"../escape": b""})
 
 
-def test_a_tool_file_is_inspected_in_the_sandbox_and_never_runs_on_the_host(base_image: str, tmp_path: Path) -> None:
+def test_a_tool_file_is_inspected_in_the_sandbox_and_never_runs_on_the_host(
+    base_image: str, tmp_path: Path
+) -> None:
     """The file writes a marker and starts a subprocess that connects to a listener on the host's loopback,
     as it is imported: neither reaches this host (the import itself goes on)."""
     listener = Listener()
     marker = tmp_path / "ran-on-the-host"
-    hostile = (EF / "bookings_tools.py").read_text().replace(
-        "mcp = FastMCP(",
-        "import pathlib, subprocess, sys\n"
-        f"try:\n    pathlib.Path({str(marker)!r}).write_text('x')\nexcept OSError:\n    pass\n"
-        f"subprocess.run([sys.executable, '-c', 'import socket; socket.create_connection((\"127.0.0.1\", {listener.port}), 2)'])\n"
-        "mcp = FastMCP(",
-        1,
+    hostile = (
+        (EF / "bookings_tools.py")
+        .read_text()
+        .replace(
+            "mcp = FastMCP(",
+            "import pathlib, subprocess, sys\n"
+            f"try:\n    pathlib.Path({str(marker)!r}).write_text('x')\nexcept OSError:\n    pass\n"
+            f"subprocess.run([sys.executable, '-c', 'import socket; socket.create_connection((\"127.0.0.1\", {listener.port}), 2)'])\n"
+            "mcp = FastMCP(",
+            1,
+        )
     )
     tool = tmp_path / "bookings_tools.py"
     tool.write_text(hostile)
     images = tmp_path / "images"
     result = runner.invoke(
         app,
-        ["import", "envfactory", str(tool), "--metadata", str(EF / "bookings_tools.json"),
-         "--seed", str(EF / "bookings_seed.json"), "--name", "bookings", "--images", str(images)],
+        [
+            "import",
+            "envfactory",
+            str(tool),
+            "--metadata",
+            str(EF / "bookings_tools.json"),
+            "--seed",
+            str(EF / "bookings_seed.json"),
+            "--name",
+            "bookings",
+            "--images",
+            str(images),
+        ],
     )
     flat = " ".join(result.output.split())
     assert result.exit_code == 0, result.output
@@ -114,8 +136,19 @@ def test_an_import_that_runs_past_its_timeout_is_stopped(base_image: str, tmp_pa
     tool.write_text("while True:\n    pass\n")
     result = runner.invoke(
         app,
-        ["import", "envfactory", str(tool), "--metadata", str(EF / "bookings_tools.json"), "--name", "spin",
-         "--images", str(tmp_path / "images"), "--timeout", "5"],
+        [
+            "import",
+            "envfactory",
+            str(tool),
+            "--metadata",
+            str(EF / "bookings_tools.json"),
+            "--name",
+            "spin",
+            "--images",
+            str(tmp_path / "images"),
+            "--timeout",
+            "5",
+        ],
     )
     assert result.exit_code == 1
     assert "ran past 5 s in its sandbox and was stopped" in " ".join(result.output.split())
@@ -125,7 +158,9 @@ def test_an_import_that_runs_past_its_timeout_is_stopped(base_image: str, tmp_pa
 
 
 @pytest.mark.slow
-def test_an_imported_file_builds_into_an_image_that_envreg_validate_passes(base_image: str, tmp_path: Path) -> None:
+def test_an_imported_file_builds_into_an_image_that_envreg_validate_passes(
+    base_image: str, tmp_path: Path
+) -> None:
     """import (sandbox) -> manifest (sandbox) -> build -> validate: the recorded scenario runs in the image."""
     images, manifests = tmp_path / "images", tmp_path / "manifests"
     name = f"bookings-{os.getpid()}"
@@ -133,12 +168,27 @@ def test_an_imported_file_builds_into_an_image_that_envreg_validate_passes(base_
 
     def envreg(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "envreg.cli.main", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+            [sys.executable, "-m", "envreg.cli.main", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
             timeout=1800,
         )
 
-    done = envreg("import", "envfactory", str(EF / "bookings_tools.py"), "--metadata", str(EF / "bookings_tools.json"),
-                  "--seed", str(EF / "bookings_seed.json"), "--name", name, "--images", str(images))
+    done = envreg(
+        "import",
+        "envfactory",
+        str(EF / "bookings_tools.py"),
+        "--metadata",
+        str(EF / "bookings_tools.json"),
+        "--seed",
+        str(EF / "bookings_seed.json"),
+        "--name",
+        name,
+        "--images",
+        str(images),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     done = envreg("manifest", name, "--out", str(manifests))
     assert done.returncode == 0, done.stdout + done.stderr

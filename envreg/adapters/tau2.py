@@ -101,7 +101,10 @@ def state_model(domain: str) -> type[Tau2State]:
     ref = reference(domain)
     fields: dict[str, Any] = {"db": (type(ref.tools.db), Field(description=f"tau2's {domain} database."))}
     if ref.user_tools is not None:
-        fields["user_db"] = (type(ref.user_tools.db), Field(description="The user's device and surroundings."))
+        fields["user_db"] = (
+            type(ref.user_tools.db),
+            Field(description="The user's device and surroundings."),
+        )
     title = f"Tau2{domain.capitalize()}State"
     return create_model(title, __base__=Tau2State, **fields)  # type: ignore[call-overload]
 
@@ -121,7 +124,9 @@ def db_hashes(domain: str, state: Any) -> tuple[str, str | None]:
     if isinstance(state, dict):
         state = state_model(domain).model_validate(state)
     user = getattr(state, "user_db", None)
-    return get_dict_hash(state.db.model_dump()), get_dict_hash(user.model_dump()) if user is not None else None
+    return get_dict_hash(state.db.model_dump()), get_dict_hash(
+        user.model_dump()
+    ) if user is not None else None
 
 
 # --------------------------------------------------------------------------------------------- tools
@@ -178,7 +183,9 @@ def _tool(domain: str, name: str, schema: dict[str, Any], requestor: str, read_o
     published = USER_PREFIX + name if requestor == "user" else name
     description = function.get("description", "")
     if requestor == "user":
-        description = f"(The user's own device: tau2's user simulator calls this, not the agent.) {description}"
+        description = (
+            f"(The user's own device: tau2's user simulator calls this, not the agent.) {description}"
+        )
     return Tau2Tool(
         name=published,
         fn=_runner(domain, name, requestor),
@@ -235,7 +242,9 @@ def _summary(policy: str) -> str:
 def task_initial_state(domain: str, task: Any) -> dict[str, Any] | None:
     """The state a task starts from, as tau2 sets it up (None: the domain's seed)."""
     init = task.initial_state
-    if init is None or (not init.initialization_data and not init.initialization_actions and not init.message_history):
+    if init is None or (
+        not init.initialization_data and not init.initialization_actions and not init.message_history
+    ):
         return None
     env = DOMAIN_INFO[domain].environment_module().get_environment()
     env.set_state(

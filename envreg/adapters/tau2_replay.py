@@ -87,19 +87,26 @@ def _trajectory(calls: list[tuple[str, dict[str, Any], str]], results: list[Any]
     messages: list[Any] = []
     for i, ((name, arguments, requestor), result) in enumerate(zip(calls, results, strict=True)):
         call = ToolCall(
-            id=f"call_{i}", name=name.removeprefix(tau2.USER_PREFIX) if requestor == "user" else name,
-            arguments=arguments, requestor=requestor,
+            id=f"call_{i}",
+            name=name.removeprefix(tau2.USER_PREFIX) if requestor == "user" else name,
+            arguments=arguments,
+            requestor=requestor,
         )
         kind = UserMessage if requestor == "user" else AssistantMessage
         messages.append(kind(role=requestor, tool_calls=[call]))
         messages.append(
-            ToolMessage(id=call.id, role="tool", content=result.text, requestor=requestor, error=result.is_error)
+            ToolMessage(
+                id=call.id, role="tool", content=result.text, requestor=requestor, error=result.is_error
+            )
         )
     return messages
 
 
-async def replay_task(runtime: Any, domain: str, task: Any, isolation: str = "local") -> TaskResult:
-    calls = tau2.gold_calls(task)
+async def replay_task(
+    runtime: Any, domain: str, task: Any, isolation: str = "local", calls: list[Any] | None = None
+) -> TaskResult:
+    """Replay `calls` (default: the task's gold actions) as the model's; both verdicts against the task's gold."""
+    calls = tau2.gold_calls(task) if calls is None else calls
     initial = tau2.task_initial_state(domain, task)
     ref = tau2.environment(domain) if isolation == "local" else tau2.env_name(domain)
     sb = await runtime.sandbox(ref, isolation=isolation, state=initial)
@@ -121,7 +128,12 @@ async def replay_task(runtime: Any, domain: str, task: Any, isolation: str = "lo
 
 
 async def replay_all(
-    runtime: Any, domains: list[str], *, isolation: str = "local", limit: int | None = None, progress: Any = None
+    runtime: Any,
+    domains: list[str],
+    *,
+    isolation: str = "local",
+    limit: int | None = None,
+    progress: Any = None,
 ) -> Tau2Report:
     report = Tau2Report(isolation)
     started = time.perf_counter()
