@@ -25,7 +25,7 @@ def test_tools_policy_and_state_come_from_tau2() -> None:
     schema = ref.tools.get_tools()["modify_user_address"].openai_schema["function"]
     assert listed["modify_user_address"]["inputSchema"] == schema["parameters"]
     assert listed["get_user_details"]["annotations"]["readOnlyHint"] is True
-    assert env.initial_state().db.model_dump() == ref.tools.db.model_dump()
+    assert env.initial_state().model_dump() == ref.tools.db.model_dump()
     telecom = tau2.environment("telecom")
     assert "user_toggle_airplane_mode" in telecom.tools and "get_customer_by_phone" in telecom.tools
 
@@ -35,7 +35,7 @@ def test_a_parameter_named_state_reaches_tau2_and_a_call_changes_only_what_it_wr
     env = tau2.environment("retail")
     instance = env.instance()
     before = instance.state
-    user_id = next(iter(before.db.users))
+    user_id = next(iter(before.users))
     address = {
         "address1": "1 Main St",
         "address2": "",
@@ -48,10 +48,10 @@ def test_a_parameter_named_state_reaches_tau2_and_a_call_changes_only_what_it_wr
     assert not result.is_error, result.error
     assert result.value["address"]["state"] == "TX"
     after = instance.state
-    assert after.db.users[user_id].address.state == "TX"
-    other = next(u for u in before.db.users if u != user_id)
-    assert after.db.users[other] is before.db.users[other], "untouched users are shared, not copied"
-    assert after.db.products is before.db.products
+    assert after.users[user_id].address.state == "TX"
+    other = next(u for u in before.users if u != user_id)
+    assert after.users[other] is before.users[other], "untouched users are shared, not copied"
+    assert after.products is before.products
     refused = instance.call_tool("get_user_details", {"user_id": "nobody"})
     assert refused.is_error and refused.error == "Error: User not found"
 

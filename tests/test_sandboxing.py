@@ -75,7 +75,7 @@ def test_the_sandbox_is_hardened_and_has_no_network(base_image: str) -> None:
 
 def test_what_raises_and_what_runs_too_long_are_clear_errors(base_image: str) -> None:
     with pytest.raises(
-        SandboxFailed, match="failed in its sandbox: ModuleNotFoundError: No module named 'envreg.nope'"
+        SandboxFailed, match=r"failed in its sandbox: ModuleNotFoundError: No module named 'envreg\.nope'"
     ):
         run_isolated("envreg.nope:f")
     with pytest.raises(ValueError, match="must be a relative path"):

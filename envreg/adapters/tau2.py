@@ -5,11 +5,12 @@ assistant's, and for telecom the user's device tools as ``user_<name>``, which t
 calls), described by tau2's OpenAI schemas; the domain policy is the environment's description (the
 agent's system prompt, `policy`); tau2's tasks are scenarios (`task_initial_state`, `gold_calls`).
 
-**The state is tau2's database itself, committed** (`envreg.env.cow`): the state model's fields are
-the domain's DB models (``db``: `FlightDB`, `RetailDB`, `TelecomDB`; ``user_db``: `TelecomUserDB`), and
-a call hands tau2's toolkit the committed state as its ``db``: the toolkit's reads and writes go to the
-state, journaled, so a call costs what it changes, not a rebuild and dump of the whole database
-(airline's is 7 MB). Every call goes as tau2's `Environment.get_response` makes it: arguments as they
+**The state is tau2's database itself, committed** (`envreg.env.cow`): the state model *is* the
+domain's DB model (it subclasses `FlightDB`, `RetailDB` or `TelecomDB`, whose collections are its root
+fields; telecom's `TelecomUserDB` is its ``user_db``), and a call hands tau2's toolkit the committed state
+as its ``db``: the toolkit's reads and writes go to the state, journaled, and only the entries a call
+changed are validated again, so a call costs what it changes, not a rebuild and dump of the whole
+database (airline's is 7 MB). Every call goes as tau2's `Environment.get_response` makes it: arguments as they
 came (tau2 converts them itself), ``sync_tools()`` after it, the result as `Environment.to_json_str`
 renders it, an exception as ``Error: ...``. Unlike tau2, a call that raises changes nothing.
 """
@@ -98,20 +99,22 @@ class Tau2State(EnvState):
 
 @cache
 def state_model(domain: str) -> type[Tau2State]:
+    """The domain's DB model as an envreg state: its collections are the root fields."""
     ref = reference(domain)
-    fields: dict[str, Any] = {"db": (type(ref.tools.db), Field(description=f"tau2's {domain} database."))}
+    fields: dict[str, Any] = {}
     if ref.user_tools is not None:
         fields["user_db"] = (
             type(ref.user_tools.db),
             Field(description="The user's device and surroundings."),
         )
     title = f"Tau2{domain.capitalize()}State"
-    return create_model(title, __base__=Tau2State, **fields)  # type: ignore[call-overload]
+    bases = (Tau2State, type(ref.tools.db))
+    return create_model(title, __base__=bases, **fields)  # type: ignore[call-overload]
 
 
 def state_of(env: Any) -> dict[str, Any]:
     """The envreg state of a tau2 environment object (its databases as JSON)."""
-    state = {"db": env.tools.db.model_dump(mode="json")}
+    state = env.tools.db.model_dump(mode="json")
     if env.user_tools is not None:
         state["user_db"] = env.user_tools.db.model_dump(mode="json")
     return state
@@ -124,9 +127,8 @@ def db_hashes(domain: str, state: Any) -> tuple[str, str | None]:
     if isinstance(state, dict):
         state = state_model(domain).model_validate(state)
     user = getattr(state, "user_db", None)
-    return get_dict_hash(state.db.model_dump()), get_dict_hash(
-        user.model_dump()
-    ) if user is not None else None
+    agent = state.model_dump(exclude={"user_db"})
+    return get_dict_hash(agent), get_dict_hash(user.model_dump()) if user is not None else None
 
 
 # --------------------------------------------------------------------------------------------- tools
@@ -165,7 +167,7 @@ def _runner(domain: str, tool: str, requestor: str) -> Any:
         try:
             env = object.__new__(env_cls)  # tau2's Environment, its __init__ without the policy files
             env.domain_name, env.policy, env.solo_mode = info.name, "", False
-            env.tools, env.user_tools = tools_cls(state.db), user_tools
+            env.tools, env.user_tools = tools_cls(state), user_tools  # the state is tau2's db
             response = env.make_tool_call(tool, requestor=requestor, **arguments)
             env.sync_tools()
         except ToolError:
