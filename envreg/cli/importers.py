@@ -150,6 +150,13 @@ def envfactory(
             highlight=False,
         )
     for item in report["nondeterministic"]:
+        if item["differs"] == "network":
+            out.print(
+                f"  [yellow]network:[/] {item['tool']} reaches for the network, which is blocked: left out of the "
+                "recorded scenario",
+                highlight=False,
+            )
+            continue
         out.print(
             f"  [yellow]non-deterministic:[/] {item['tool']}: its {item['differs']} differs between two runs "
             "(uuid4 ids, the clock or unseeded randomness): left out of the recorded scenario; rollouts that call "
