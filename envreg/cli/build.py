@@ -129,8 +129,7 @@ def build(
     from the new build's is not moved (bump the version), unless --force."""
     from envreg.config import manifests_dir as config_manifests_dir
     from envreg.docker_engine import EngineUnavailable, require_engine
-    from envreg.env import load_environment
-    from envreg.env.loader import known_names
+    from envreg.env.loader import known_names, resolve_folder
     from envreg.images import (
         EnvImage,
         ImageBuildError,
@@ -145,7 +144,7 @@ def build(
         stage_base,
         stage_env,
     )
-    from envreg.manifest import Manifest, check_manifest, manifest_path, write_manifest
+    from envreg.manifest import Manifest, check_manifest, manifest_of, manifest_path, write_manifest
 
     p = paths()
     if images_dir is not None:
@@ -166,7 +165,8 @@ def build(
     refused: list[str] = []
     for ref in refs:
         try:
-            env = load_environment(ref)
+            env = manifest_of(ref)  # generated from the code; a foreign folder's in a container sandbox
+            folder = resolve_folder(ref)
         except Exception as exc:
             refused.append(f"{ref}: the environment does not load: {exc}")
             continue
@@ -193,7 +193,7 @@ def build(
         if not force and (moved := _would_move(image)):
             refused.append(moved)
             continue
-        envs.append((image, env.folder, path))
+        envs.append((image, folder, path))
     if refused:
         for r in refused:
             err.print(f"[red]refused:[/] {r}")

@@ -22,9 +22,10 @@ def manifest(
     out_dir: Annotated[Path, typer.Option("--out", help="Manifests folder.")] = Path("manifests"),
 ) -> None:
     """Generate manifests/<name>.json from each environment's code."""
-    from envreg.env import EnvironmentNotFound, load_environment
+    from envreg.env import EnvironmentNotFound
     from envreg.env.loader import known_names
-    from envreg.manifest import check_manifest, write_manifest
+    from envreg.errors import EnvregError
+    from envreg.manifest import check_manifest, manifest_of, write_manifest
 
     refs = envs or known_names()
     if not refs:
@@ -33,8 +34,8 @@ def manifest(
     stale = []
     for ref in refs:
         try:
-            env = load_environment(ref)
-        except (EnvironmentNotFound, TypeError, ValueError) as exc:
+            env = manifest_of(ref)  # a foreign folder's in a container sandbox
+        except (EnvironmentNotFound, TypeError, ValueError, EnvregError) as exc:
             err.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from None
         if check:
