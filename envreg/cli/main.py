@@ -13,6 +13,7 @@ from envreg.cli import importers as importers_cmd
 from envreg.cli import manifest as manifest_cmd
 from envreg.cli import registry as registry_cmd
 from envreg.cli import reward as reward_cmd
+from envreg.cli import scenario as scenario_cmd
 from envreg.cli import runtime as runtime_cmd
 from envreg.cli import serve_env as serve_env_cmd
 from envreg.cli import synth as synth_cmd
@@ -36,6 +37,7 @@ manifest_cmd.register(app)
 runtime_cmd.register(app)
 registry_cmd.register(app)
 reward_cmd.register(app)
+scenario_cmd.register(app)
 serve_env_cmd.register(app)
 synth_cmd.register(app)
 validate_cmd.register(app)
