@@ -13,8 +13,8 @@ from envreg.cli import importers as importers_cmd
 from envreg.cli import manifest as manifest_cmd
 from envreg.cli import registry as registry_cmd
 from envreg.cli import reward as reward_cmd
-from envreg.cli import scenario as scenario_cmd
 from envreg.cli import runtime as runtime_cmd
+from envreg.cli import scenario as scenario_cmd
 from envreg.cli import serve_env as serve_env_cmd
 from envreg.cli import synth as synth_cmd
 from envreg.cli import validate as validate_cmd

@@ -101,13 +101,20 @@ def deadline(seconds: float | None) -> Iterator[None]:
 
 # --------------------------------------------------------------------------------------- tracebacks
 def traceback_tail(exc: BaseException, frames: int = 3) -> str:
-    """The last `frames` frames of `exc`'s traceback that are not envreg's own code, and the exception line."""
-    stack = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(PACKAGE)]
+    """The last `frames` frames of `exc`'s traceback in the environment's own code, and the exception line."""
+    stack = [f for f in traceback.extract_tb(exc.__traceback__) if _own(f.filename)]
     if isinstance(exc, SyntaxError):
         lines = traceback.format_exception_only(type(exc), exc)
     else:
         lines = traceback.format_list(stack[-frames:]) + traceback.format_exception_only(type(exc), exc)
     return "".join(lines).rstrip()
+
+
+def _own(filename: str) -> bool:
+    """Whether a frame is the environment's code: not envreg's, not an installed package's, not frozen."""
+    return not (
+        filename.startswith((PACKAGE, "<")) or "site-packages" in filename or "dist-packages" in filename
+    )
 
 
 class _Raised(logging.Handler):
@@ -243,11 +250,17 @@ def record(
                 value = outcome.value()
                 if check and "expect" in step.model_fields_set and value != step.expect:
                     problem("mismatch", "the result is not the expected one", expected=step.expect, got=value)
-                    value = step.expect  # the author's prediction stays in the file, for the image to be judged by
+                    value = (
+                        step.expect
+                    )  # the author's prediction stays in the file, for the image to be judged by
                 written["expect"] = value
             steps.append(written)
     final = instance.state.to_json()
-    if check and scenario.final_state is not None and not states_equal(final, scenario.final_state, env.volatile):
+    if (
+        check
+        and scenario.final_state is not None
+        and not states_equal(final, scenario.final_state, env.volatile)
+    ):
         from envreg.validate.jsondiff import describe
 
         vol = env.volatile
@@ -256,7 +269,9 @@ def record(
                 name,
                 "final_state",
                 "the final state is not the expected one: "
-                + describe(strip_volatile(scenario.final_state, vol), strip_volatile(final, vol), ("expected", "got")),
+                + describe(
+                    strip_volatile(scenario.final_state, vol), strip_volatile(final, vol), ("expected", "got")
+                ),
             )
         )
     for message in id_counter_problems(initial, final):
@@ -294,7 +309,10 @@ def record_folder(work: Path, payload: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for data in payload["scenarios"]:
         recording = record(
-            env, Scenario.model_validate(data), check=payload.get("check", False), call_timeout=payload.get("timeout")
+            env,
+            Scenario.model_validate(data),
+            check=payload.get("check", False),
+            call_timeout=payload.get("timeout"),
         )
         out.append(
             {
