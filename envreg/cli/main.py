@@ -7,6 +7,7 @@ import typer
 from envreg.cli import adapters as adapters_cmd
 from envreg.cli import build as build_cmd
 from envreg.cli import catalog as catalog_cmd
+from envreg.cli import envgen as envgen_cmd
 from envreg.cli import episode as episode_cmd
 from envreg.cli import eval as eval_cmd
 from envreg.cli import importers as importers_cmd
@@ -30,6 +31,7 @@ app = typer.Typer(
 adapters_cmd.register(app)
 build_cmd.register(app)
 catalog_cmd.register(app)
+envgen_cmd.register(app)
 episode_cmd.register(app)
 eval_cmd.register(app)
 importers_cmd.register(app)

@@ -353,7 +353,7 @@ async def _execute(
     runtime, worker = await validators()
     try:
         with anyio.fail_after(options.validate_timeout):
-            [checked] = await validate([built.image_id], runtime=runtime, worker=worker)
+            [checked] = await validate([f"{name}@{built.image_id}"], runtime=runtime, worker=worker)
     except TimeoutError:
         revision.failures.append(
             Failure(

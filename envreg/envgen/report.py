@@ -17,6 +17,8 @@ from envreg.envgen.spec import Spec
 
 Stage = Literal["reply", "inspect", "build", "validate"]
 _WHERE = re.compile(r"scenario (?P<scenario>[^\s,]+), step (?P<step>\d+) \((?P<tool>\w+)\)")
+_SCENARIO = re.compile(r"\bscenario (?P<scenario>[^\s,:]+)[,:]")
+_PROBLEM = re.compile(r"\bscenario [^\s,:]+[,:]|\btool '\w+'|\bstate \S+:|\brejected state\b|\bcontainer \d")
 _TOOL = re.compile(r"\btool '(?P<tool>\w+)'")
 _EXPECTED_GOT = re.compile(r"expected (?P<a>.+?), got (?P<b>.+)$")
 _VERSUS = re.compile(r": (?P<a>[^:]+?) \((?P<la>[^()]+)\) vs (?P<b>.+?) \((?P<lb>[^()]+)\)(?:;|$)")
@@ -48,17 +50,23 @@ def from_evidence(check: str, line: str) -> Failure:
     failure = Failure(stage="validate", check=check, message=line)
     if m := _WHERE.search(line):
         failure.scenario, failure.step, failure.tool = m["scenario"], int(m["step"]), m["tool"]
-    elif m := _TOOL.search(line):
+    elif m := _SCENARIO.search(line):
+        failure.scenario = m["scenario"]
+    if failure.tool is None and (m := _TOOL.search(line)):
         failure.tool = m["tool"]
     if m := _EXPECTED_GOT.search(line):
         failure.expected, failure.got = m["a"], m["b"]
     elif m := _VERSUS.search(line):
-        failure.expected, failure.got = f"{m['a']} ({m['la']})", f"{m['b']} ({m['lb']})"
+        (a, la), (b, lb) = (m["a"], m["la"]), (m["b"], m["lb"])
+        if la == "got" or lb == "expected":
+            (a, la), (b, lb) = (b, lb), (a, la)
+        failure.expected, failure.got = f"{a} ({la})", f"{b} ({lb})"
     return failure
 
 
 def from_validation(report: Any) -> list[Failure]:
-    """The failures of an `envreg.validate.EnvReport`: one per evidence line of each failing check."""
+    """The failures of an `envreg.validate.EnvReport`: one per problem a failing check names (its evidence lines
+    about a scenario, a tool or a state; the other lines are counts, kept in the first failure's message)."""
     from envreg.validate import Status
 
     failures = []
@@ -67,11 +75,14 @@ def from_validation(report: Any) -> list[Failure]:
     for result in report.results:
         if result.status is not Status.FAIL:
             continue
-        lines = [line for line in result.evidence if not line.startswith("... and ")] or [result.summary]
-        failures += [
-            from_evidence(result.name, f"{result.summary}: {line}" if line != result.summary else line)
-            for line in lines
-        ]
+        lines = [line for line in result.evidence if not line.startswith("... and ")]
+        problems = [line for line in lines if _PROBLEM.search(line)] or lines or [result.summary]
+        context = [line for line in lines if line not in problems]
+        for i, line in enumerate(problems):
+            message = f"{result.summary}: {line}" if line != result.summary else line
+            if i == 0 and context:
+                message += f" ({'; '.join(context)})"
+            failures.append(from_evidence(result.name, message))
     return failures
 
 

@@ -17,13 +17,38 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envreg.adapters import envfactory
-from envreg.adapters.envfactory import kebab
 from envreg.errors import BadRequest
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 METHODS = ("get", "post", "put", "patch", "delete")
 MAX_TOOLS = 40
+
+# what a tool does to its entity, by the first word of its name
+_VERBS = {
+    "create": (
+        "create add new book reserve schedule send post submit register open place make "
+        "upload insert request order buy purchase apply invite save log record write issue "
+        "transfer pay subscribe start generate rent hire"
+    ),
+    "read": (
+        "get read show fetch retrieve view describe check lookup find search list query count "
+        "browse track calculate estimate compare convert quote"
+    ),
+    "update": (
+        "update edit modify change set rename move reschedule assign mark rate reply extend "
+        "renew adjust approve confirm complete resolve"
+    ),
+    "delete": (
+        "delete remove cancel close archive revoke unsubscribe void refund return reject "
+        "decline end stop release"
+    ),
+}
+VERB_OF = {word: verb for verb, words in _VERBS.items() for word in words.split()}
+
+
+def tool_verb(name: str) -> str | None:
+    """What a tool does to its entity by its name's first word: create, read, update, delete (None: unknown)."""
+    return VERB_OF.get(snake(name).split("_", 1)[0])
 
 
 class SpecProblem(BadRequest):
@@ -82,10 +107,19 @@ class Brief(BaseModel):
 # ------------------------------------------------------------------------------------------ names
 def check_name(name: str) -> str:
     """An environment name (`envreg.adapters.envfactory.check_name`'s rule), as a `SpecProblem` when it is not."""
+    from envreg.adapters import envfactory  # imported when used: it imports jsonschema (seconds)
+
     try:
         return envfactory.check_name(name)
     except envfactory.ImportProblem as exc:
         raise SpecProblem(str(exc)) from None
+
+
+def kebab(text: str) -> str:
+    """``HotelBookings`` -> ``hotel-bookings`` (`envreg.adapters.envfactory.kebab`)."""
+    from envreg.adapters import envfactory
+
+    return envfactory.kebab(text)
 
 
 def camel(text: str) -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envreg.envgen.prompts import METADATA_SYSTEM, PROPOSE_SYSTEM, WRITE_SYSTEM, section
-from envreg.envgen.spec import camel, identifier, kebab
+from envreg.envgen.spec import camel, identifier, kebab, tool_verb
 from envreg.standin.server import text
 
 DEFECTS = ("syntax", "schema", "uuid", "journal", "scenario", "hang")
@@ -37,103 +37,6 @@ DEFECTS = ("syntax", "schema", "uuid", "journal", "scenario", "hang")
 journal: a failing tool that first writes past the state journal (heapq); scenario: a predicted result that
 is wrong; hang: a tool that never returns."""
 MARKER = re.compile(r"^# stand-in draft: step=(\d+) defect=(\w+)$", re.MULTILINE)
-
-CREATE = {
-    "create",
-    "add",
-    "new",
-    "book",
-    "reserve",
-    "schedule",
-    "send",
-    "post",
-    "submit",
-    "register",
-    "open",
-    "place",
-    "make",
-    "upload",
-    "insert",
-    "request",
-    "order",
-    "buy",
-    "purchase",
-    "apply",
-    "invite",
-    "save",
-    "log",
-    "record",
-    "write",
-    "issue",
-    "transfer",
-    "pay",
-    "subscribe",
-    "start",
-    "generate",
-    "rent",
-    "hire",
-}
-READ = {
-    "get",
-    "read",
-    "show",
-    "fetch",
-    "retrieve",
-    "view",
-    "describe",
-    "check",
-    "lookup",
-    "find",
-    "search",
-    "list",
-    "query",
-    "count",
-    "browse",
-    "track",
-    "calculate",
-    "estimate",
-    "compare",
-    "convert",
-    "quote",
-}
-UPDATE = {
-    "update",
-    "edit",
-    "modify",
-    "change",
-    "set",
-    "rename",
-    "move",
-    "reschedule",
-    "assign",
-    "mark",
-    "rate",
-    "reply",
-    "extend",
-    "renew",
-    "adjust",
-    "approve",
-    "confirm",
-    "complete",
-    "resolve",
-}
-DELETE = {
-    "delete",
-    "remove",
-    "cancel",
-    "close",
-    "archive",
-    "revoke",
-    "unsubscribe",
-    "void",
-    "refund",
-    "return",
-    "reject",
-    "decline",
-    "end",
-    "stop",
-    "release",
-}
 
 
 # --------------------------------------------------------------------------------- the tools' shapes
@@ -233,11 +136,7 @@ class ToolShape:
 
     @property
     def verb(self) -> str:
-        first = self.name.split("_", 1)[0].lower()
-        for kind, words in (("create", CREATE), ("read", READ), ("update", UPDATE), ("delete", DELETE)):
-            if first in words:
-                return kind
-        return "create"  # an action: recorded like a creation
+        return tool_verb(self.name) or "create"  # an action: recorded like a creation
 
     @property
     def id_param(self) -> Param | None:
