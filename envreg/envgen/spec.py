@@ -111,8 +111,12 @@ def check_name(name: str) -> str:
 
     try:
         return envfactory.check_name(name)
-    except envfactory.ImportProblem as exc:
-        raise SpecProblem(str(exc)) from None
+    except envfactory.ImportProblem:
+        raise SpecProblem(
+            f"{name!r} is not an environment name",
+            "use lower-case letters, digits and '-', starting with a letter or digit, at most 63 characters "
+            "(--name hotel-bookings)",
+        ) from None
 
 
 def kebab(text: str) -> str:
