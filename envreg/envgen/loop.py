@@ -247,7 +247,7 @@ async def generate(spec: Spec, llm: LLMConfig, options: Options, listener: Liste
             else:
                 draft = Draft.parse(answer)
                 revision.notes = draft.notes
-                write_files(rev_dir / "draft", draft.files)
+                write_files(rev_dir / "draft", draft.folder_files())  # marked: never imported on the host
                 await _execute(spec, draft, revision, rev_dir, options, validators, say)
                 previous = draft
             revision.seconds["total"] = time.perf_counter() - started
