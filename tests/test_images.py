@@ -105,7 +105,9 @@ def test_the_image_prefix_names_every_tag_the_build_makes(monkeypatch: pytest.Mo
         v = bake_vars([], lock=lock, epoch=0, version="0.1.0", revision="", source="", stage=Path("/s"))
         assert v["variable"]["PREFIX"]["default"] == "team/"
     bake = (ROOT / "docker-bake.hcl").read_text()
-    tags = [line for line in bake.splitlines() if "tags" in line or "BASE_IMAGE =" in line or ".title" in line]
+    tags = [
+        line for line in bake.splitlines() if "tags" in line or "BASE_IMAGE =" in line or ".title" in line
+    ]
     assert tags and all("envreg/" not in line for line in tags), tags
 
 
