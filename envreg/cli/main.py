@@ -8,6 +8,7 @@ from envreg.cli import adapters as adapters_cmd
 from envreg.cli import build as build_cmd
 from envreg.cli import catalog as catalog_cmd
 from envreg.cli import episode as episode_cmd
+from envreg.cli import eval as eval_cmd
 from envreg.cli import importers as importers_cmd
 from envreg.cli import manifest as manifest_cmd
 from envreg.cli import registry as registry_cmd
@@ -29,6 +30,7 @@ adapters_cmd.register(app)
 build_cmd.register(app)
 catalog_cmd.register(app)
 episode_cmd.register(app)
+eval_cmd.register(app)
 importers_cmd.register(app)
 manifest_cmd.register(app)
 runtime_cmd.register(app)

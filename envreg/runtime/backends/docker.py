@@ -138,7 +138,12 @@ class DockerBackend(Backend):
         await self._ensure_keeper(spec.key)
         async with self._starts:
             server = await anyio.to_thread.run_sync(self._run, spec, dedicated)
-            await self._wait_ready(server)
+            try:
+                await self._wait_ready(server)
+            except BaseException:  # a cancelled start too: nobody will ever release this container
+                with anyio.CancelScope(shield=True):
+                    await self.stop(server)
+                raise
         return server
 
     def _run(self, spec: EnvSpec, dedicated: bool) -> Server:
