@@ -288,6 +288,20 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
         return Response(status_code=204)
 
     @api.get(
+        "/v1/sandboxes/{sandbox_id}/logs",
+        response_model=m.LogInfo,
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND, **ENGINE},
+        tags=["sandboxes"],
+    )
+    async def get_logs(
+        sandbox_id: str,
+        tail: int = Query(200, ge=1, le=100_000, description="How many of the last lines."),
+    ) -> m.LogInfo:
+        """What the sandbox's environment server printed (on the instance tier: its shared container's)."""
+        return m.LogInfo(log=await rt.logs(sandbox(sandbox_id), tail))
+
+    @api.get(
         "/v1/sandboxes/{sandbox_id}/state",
         response_model=m.StateInfo,
         dependencies=auth,

@@ -209,6 +209,11 @@ class DockerBackend(Backend):
                     ) from None
                 await anyio.sleep(0.02)
 
+    async def logs(self, server: Server, tail: int) -> str:
+        with engine_errors(f"reading the log of {server.spec.name} ({server.id[:12]})"):
+            data = await anyio.to_thread.run_sync(lambda: server.handle.logs(tail=tail))
+        return data.decode(errors="replace")
+
     def _logs(self, server: Server) -> str:
         try:
             return server.handle.logs(tail=20).decode(errors="replace")
