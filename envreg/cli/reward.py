@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from envreg.cli import output
+
 app = typer.Typer(
     name="reward",
     help="Score model outputs by replaying them in sandboxes against trajectory records.",
@@ -38,8 +40,7 @@ Sources = Annotated[
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}")
-    return typer.Exit(code)
+    return output.fail(message, code=code)
 
 
 def _sources(specs: list[str] | None) -> dict[str, str]:

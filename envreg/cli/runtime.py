@@ -311,77 +311,38 @@ def _run_detached(
 
 
 def _run_local(env: str, state: dict[str, Any] | None, port: int, as_json: bool) -> None:
-    """The environment server in this process on 127.0.0.1 (the code an image runs, without the image), with
-    one instance from `state`: an MCP URL and a token, until Ctrl-C."""
-    import secrets
-    import socket
-
+    """The environment server in this process on 127.0.0.1 (`envreg.server.local`), one instance from
+    `state`: its MCP URL and token, until Ctrl-C."""
     import anyio
-    import httpx2
 
     from envreg.env import load_environment
-    from envreg.runtime.backends.local import environment_digest
-    from envreg.server.app import ServerConfig, serve_async
+    from envreg.errors import InvalidState
+    from envreg.server.local import local_sandbox
 
     environment = load_environment(env)
-    agent_token, control_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
-    sockets = []
-    for wanted in (port, 0):
-        sock = socket.socket()
-        try:
-            sock.bind(("127.0.0.1", wanted))
-        except OSError as exc:
-            raise fail(
-                f"cannot listen on 127.0.0.1:{wanted}: {exc.strerror}",
-                "pick another --port (0: any free one)",
-            ) from None
-        sock.listen(128)
-        sockets.append(sock)
-    agent_port, control_port = (s.getsockname()[1] for s in sockets)
-    config = ServerConfig(
-        env=str(environment.folder),
-        token=control_token,
-        port=agent_port,
-        control_port=control_port,
-        agent_token=agent_token,
-    )
 
     async def main() -> None:
-        ready = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(serve_async, config, ready, environment, sockets)
-            await ready.wait()
-            control = f"http://127.0.0.1:{control_port}"
-            headers = {"authorization": f"Bearer {control_token}"}
-            async with httpx2.AsyncClient(base_url=control, headers=headers) as http:
-                answer = await http.post("/instances", json={"state": state} if state is not None else {})
-            if answer.status_code != 201:
-                body = answer.json()
-                problems = "".join(f"\n  {e.get('loc')}: {e.get('msg')}" for e in body.get("errors", [])[:10])
-                raise fail(
-                    f"the initial state was refused: {body.get('error', answer.text)}{problems}",
-                    "fix the --state file, or leave it out to start from the environment's seed",
+        try:
+            async with local_sandbox(environment, state, port) as sb:
+                _print_sandbox(
+                    {
+                        k: getattr(sb, k)
+                        for k in ("id", "env", "env_digest", "isolation", "mcp_url", "token", "expires_at")
+                    },
+                    as_json,
+                    detached=False,
                 )
-            created = answer.json()
-            _print_sandbox(
-                {
-                    "id": created["id"],
-                    "env": environment.name,
-                    "env_digest": environment_digest(environment),
-                    "isolation": "local",
-                    "mcp_url": f"http://127.0.0.1:{agent_port}{created['mcp_path']}",
-                    "token": agent_token,
-                    "expires_at": None,
-                },
-                as_json,
-                detached=False,
-            )
-            if not as_json:
-                err.print("serving in this process (local tier: unsandboxed); Ctrl-C stops it")
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
-                    tg.cancel_scope.cancel()
-                    break
+                if not as_json:
+                    err.print("serving in this process (local tier: not sandboxed); Ctrl-C stops it")
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        break
+        except InvalidState as exc:
+            detail = "".join(f"\n  {e.get('loc')}: {e.get('msg')}" for e in exc.errors[:10])
+            raise fail(
+                f"the initial state was refused{detail}",
+                "fix the --state file, or leave it out to start from the environment's seed",
+            ) from None
 
     try:
         anyio.run(main)

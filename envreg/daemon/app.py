@@ -214,6 +214,8 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     async def openapi() -> JSONResponse:
         return JSONResponse(document())
 
+    api.state.openapi_document = document  # what /openapi.json serves (`envreg schema openapi-daemon`)
+
     @api.get("/v1/healthz", response_model=m.Health, dependencies=auth, responses=COMMON, tags=["daemon"])
     async def healthz() -> m.Health:
         """Liveness, and what this daemon allows."""

@@ -111,7 +111,9 @@ def lock_wheels(p: Paths | None = None) -> list[LockedWheel]:
     reqs = server_requirements(p.root / "pyproject.toml")
     markers = {_requirement_name(r): r.split(";", 1)[1].strip() for r in reqs if ";" in r}
     # the versions the host's lock pins (requirements.lock, `scripts/lock`), so that images and CI agree
-    constraints = ["-c", str(p.root / "requirements.lock")] if (p.root / "requirements.lock").is_file() else []
+    constraints = (
+        ["-c", str(p.root / "requirements.lock")] if (p.root / "requirements.lock").is_file() else []
+    )
     with tempfile.TemporaryDirectory() as tmp:
         run(
             _pip("download", "--only-binary=:all:", "-d", tmp, *constraints, *reqs), stdout=subprocess.DEVNULL
@@ -208,9 +210,9 @@ def build_envreg_wheel(p: Paths | None = None) -> Path:
     p = p or paths()
     if not p.checkout:
         return installed_wheel(p.wheelhouse / "envreg")
-    key = _tree_digest(p.root, ("pyproject.toml", "setup.py", "envreg/**/*.py", "envreg/**/*.json", "envreg/**/*.typed"))[
-        :16
-    ]
+    key = _tree_digest(
+        p.root, ("pyproject.toml", "setup.py", "envreg/**/*.py", "envreg/**/*.json", "envreg/**/*.typed")
+    )[:16]
     out = p.wheelhouse / "envreg"
     stamp = out / "source.sha256"
     wheels = sorted(out.glob("envreg-*.whl"))
@@ -273,12 +275,18 @@ def installed_wheel(out: Path) -> Path:
         path = Path(str(dist.locate_file(entry)))
         rel = entry.as_posix()
         installer_files = ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")
-        skip = rel.startswith("envreg/_catalog/") or "__pycache__" in rel or rel.endswith((".pyc", *installer_files))
+        skip = (
+            rel.startswith("envreg/_catalog/")
+            or "__pycache__" in rel
+            or rel.endswith((".pyc", *installer_files))
+        )
         if not skip and (rel.startswith("envreg/") or ".dist-info/" in rel) and path.is_file():
             files[rel] = path.read_bytes()
     if not any(rel.startswith("envreg/") for rel in files):
         raise ImageBuildError(f"the installed envreg at {dist.locate_file('')} lists no package files")
-    key = hashlib.sha256(b"".join(r.encode() + b"\0" + hashlib.sha256(d).digest() for r, d in sorted(files.items())))
+    key = hashlib.sha256(
+        b"".join(r.encode() + b"\0" + hashlib.sha256(d).digest() for r, d in sorted(files.items()))
+    )
     wheel = out / f"envreg-{dist.version}-py3-none-any.whl"
     stamp = out / "source.sha256"
     if wheel.is_file() and stamp.is_file() and stamp.read_text().strip() == key.hexdigest()[:16]:
