@@ -166,10 +166,8 @@ def replay(
     try:
         report = anyio.run(main)
     except (EngineError, ImageNotFound) as exc:
-        err.print(
-            f"[red]error:[/] {exc} (build the images first: `envreg build {' '.join(sorted(bfcl.env_name(c) for c in bfcl.CLASSES))}`)"
-        )
-        raise typer.Exit(1) from None
+        names = " ".join(sorted(bfcl.env_name(c) for c in bfcl.CLASSES))
+        raise fail(str(exc), f"build the images first: `envreg build {names}`") from None
 
     rows = report.by_category()
     if as_json:

@@ -65,10 +65,7 @@ def envfactory(
     env_name = name or ef.kebab(meta.class_name)
     folder = images / env_name
     if folder.exists() and not force:
-        err.print(
-            f"[red]error:[/] {folder} exists; pass --force to replace it, or --name to import under another name"
-        )
-        raise typer.Exit(1)
+        raise fail(f"{folder} exists", "pass --force to replace it, or --name to import under another name")
     scenario_files = (
         sorted(scenarios.glob("*.json")) + sorted(scenarios.glob("rejected/*.json")) if scenarios else []
     )

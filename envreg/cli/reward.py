@@ -137,7 +137,9 @@ def score(
     for r in failed:
         err.print(f"[red]error:[/] item {r.index}: {r.error}")
     if failed:
-        raise typer.Exit(1)
+        raise output.fail(
+            f"{len(failed)} of {len(results)} items could not be scored", "each item's error is above"
+        )
 
 
 def _table(results) -> None:

@@ -118,10 +118,11 @@ def validate(
             raise fail(f"--all: no environment folders (with an env.py) under {images_root()}/", code=2)
         targets = [*(targets or []), *(str(images_root() / n) for n in names)]
     if not targets:
-        err.print(
-            "[red]error:[/] give environments to validate (folders, names or image references) or --all"
+        raise fail(
+            "no environments to validate",
+            "give folders, names or image references (`envreg validate calendar`), or --all",
+            code=2,
         )
-        raise typer.Exit(2)
     try:
         checks, _ = select(only or (), skip or ())
     except ValueError as exc:

@@ -103,7 +103,7 @@ def graph_embed(cache_dir: Path | None = None) -> Embed:
             f"distractors by embeddings need the synth extra ({exc}): pip install 'envreg[synth]', "
             "or pass embed='tfidf'"
         ) from None
-    return make_embedder(cache_dir=cache_dir).encode
+    return make_embedder(cache_dir=cache_dir).encode  # pyright: ignore[reportReturnType]
 
 
 def rank_distractors(

@@ -192,7 +192,7 @@ class DockerBackend(Backend):
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
             try:
-                await server.client.healthz()
+                await server.client.healthz()  # pyright: ignore[reportAttributeAccessIssue]
                 return
             except UpstreamError:
                 status = await self.status(server)
@@ -227,13 +227,13 @@ class DockerBackend(Backend):
         if not self.recyclable or expires - time.time() < self.max_lifetime / 2:
             return False
         try:
-            ending = await server.client.recycle()
+            ending = await server.client.recycle()  # pyright: ignore[reportAttributeAccessIssue]
         except (UpstreamError, SandboxGone):  # an image from before recycling answers 409
             return False
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
             try:
-                if (await server.client.healthz()).get("generation", 0) > ending:
+                if (await server.client.healthz()).get("generation", 0) > ending:  # pyright: ignore[reportAttributeAccessIssue]
                     return True
             except UpstreamError:
                 if await self.status(server) != "running":
