@@ -135,3 +135,25 @@ def test_the_schema_command_prints_and_checks(tmp_path: Path) -> None:
     (tmp_path / "lock.schema.json").write_text("{}\n")
     stale = CliRunner().invoke(app, ["schema", "--check", str(tmp_path)])
     assert stale.exit_code == 1 and "lock" in stale.output and "hint:" in stale.output
+
+
+def test_readme_figures_are_the_saved_bench_output(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    script = ROOT / "scripts" / "readme-figures"
+    assert subprocess.run([str(script), "--check"], capture_output=True, timeout=60).returncode == 0
+    copy = tmp_path / "repo"
+    (copy / "scripts").mkdir(parents=True)
+    (copy / "bench" / "figures").mkdir(parents=True)
+    shutil.copy(script, copy / "scripts")
+    for figures in (ROOT / "bench" / "figures").glob("*.md"):
+        shutil.copy(figures, copy / "bench" / "figures")
+    readme = (ROOT / "README.md").read_text()
+    (copy / "README.md").write_text(readme.replace("| wall time |", "| wall time (edited by hand) |", 1))
+    stale = subprocess.run(
+        [str(copy / "scripts" / "readme-figures"), "--check"], capture_output=True, text=True, timeout=60
+    )
+    assert stale.returncode == 1 and "error:" in stale.stderr and "hint:" in stale.stderr
+    assert subprocess.run([str(copy / "scripts" / "readme-figures")], timeout=60).returncode == 0
+    assert (copy / "README.md").read_text() == readme
