@@ -259,6 +259,7 @@ def _pypi_reachable() -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # two resolutions of a whole RL stack against PyPI
 @pytest.mark.parametrize("stack", list(STACKS))
 def test_installing_beside_an_rl_stack_downgrades_none_of_its_packages(
     stack: str, wheel: Path, tmp_path: Path
