@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from envreg.cli.output import JsonOpt, fail, print_json
+
 out = Console()
 err = Console(stderr=True)
 
@@ -41,31 +43,29 @@ def envfactory(
         "images"
     ),
     force: Annotated[bool, typer.Option("--force", help="Replace an existing folder of that name.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Copy TOOL_FILE and its metadata unchanged into images/<name>/ with an env.py serving them; check the result."""
     from envreg.adapters import envfactory as ef
+
+    show = Console(stderr=True) if as_json else out  # --json: the report goes to stderr, JSON to stdout
     from envreg.adapters.checks import check_environment
     from envreg.env import load_environment, load_scenarios
     from envreg.env.loader import _load
 
     for path in (tool_file, metadata, *(p for p in (seed, scenarios) if p)):
         if not path.exists():
-            err.print(f"[red]error:[/] {path} does not exist")
-            raise typer.Exit(2)
+            raise fail(f"{path} does not exist", code=2)
     try:
         meta = ef.read_metadata(metadata)
         source = ef.check_syntax(tool_file)
         seed_data = json.loads(seed.read_text()) if seed else None
     except (ef.ImportProblem, ValueError) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from None
+        raise fail(f"{exc}", code=1) from None
     env_name = name or ef.kebab(meta.class_name)
     folder = images / env_name
     if folder.exists() and not force:
-        err.print(
-            f"[red]error:[/] {folder} exists; pass --force to replace it, or --name to import under another name"
-        )
-        raise typer.Exit(1)
+        raise fail(f"{folder} exists", "pass --force to replace it, or --name to import under another name")
     scenario_files = (
         sorted(scenarios.glob("*.json")) + sorted(scenarios.glob("rejected/*.json")) if scenarios else []
     )
@@ -87,18 +87,17 @@ def envfactory(
         env = load_environment(folder)
         env.parse_state(env.initial_state().to_json())
     except (ef.ImportProblem, ValueError) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from None
+        raise fail(f"{exc}", code=1) from None
 
-    out.print(
+    show.print(
         f"[green]imported[/] {meta.class_name} from {tool_file.name} as [bold]{env.name}[/] {env.version} -> {folder}/"
     )
-    out.print(
+    show.print(
         f"  {len(env.tools)} tools: {', '.join(env.tools)}; load_scenario / save_scenario are the control plane's"
     )
-    out.print(f"  files: {', '.join(str(p.relative_to(folder)) for p in written)}")
+    show.print(f"  files: {', '.join(str(p.relative_to(folder)) for p in written)}")
     if net := ef.network_imports(source):
-        out.print(
+        show.print(
             f"  [yellow]network:[/] imports {', '.join(net)}; envreg runs it without network (calls are refused)"
         )
 
@@ -111,17 +110,27 @@ def envfactory(
     for check in checks:
         mark = {True: "[green]pass[/]", False: "[red]fail[/]", None: "[yellow]skip[/]"}[check.passed]
         table.add_row(check.name, mark, check.evidence)
-    out.print(table)
+    show.print(table)
     failed = [c for c in checks if c.passed is False]
     for check in failed:
         err.print(f"[red]fail:[/] {check.name}: {check.evidence}", markup=True, highlight=False)
-    if failed:
-        err.print(
-            f"[red]error:[/] {env.name} was imported into {folder}/ but fails the checks above; "
-            "fix the tool file (envreg validate will refuse its image as it is)"
+    if as_json:
+        print_json(
+            {
+                "name": env.name,
+                "version": env.version,
+                "folder": str(folder),
+                "tools": list(env.tools),
+                "files": [str(p.relative_to(folder)) for p in written],
+                "checks": [{"name": c.name, "passed": c.passed, "evidence": c.evidence} for c in checks],
+            }
         )
-        raise typer.Exit(1)
-    out.print(f"next: `envreg manifest {env.name}` and `envreg build {env.name}`")
+    if failed:
+        raise fail(
+            f"{env.name} was imported into {folder}/ but fails the checks above",
+            "fix the tool file (envreg validate will refuse its image as it is)",
+        )
+    show.print(f"next: `envreg manifest {env.name}` and `envreg build {env.name}`")
 
 
 def register(root: typer.Typer) -> None:
