@@ -17,6 +17,7 @@
 | `ENVREG_PROGRESS` | `1` forces progress bars even without a terminal | unset |
 | `ENVREG_STARTUP_TRACE` | `1` makes an environment server print where its start went | unset |
 | `ENVREG_DEBUG` | `1` lets the CLI show the traceback of an error instead of `error:` + `hint:` | unset |
+| `ENVREG_FOREIGN_CODE` | `allow` lets this process import foreign environment folders (set in sandboxes and environment images) | unset: refused |
 """
 
 from __future__ import annotations
@@ -115,3 +116,8 @@ def debug() -> bool:
 
 def force_progress() -> bool:
     return _get("ENVREG_PROGRESS") == "1"
+
+
+def foreign_code_allowed() -> bool:
+    """Whether this process may import foreign environment folders: only in sandboxes and images, unless told."""
+    return _get("ENVREG_FOREIGN_CODE") == "allow"

@@ -77,3 +77,8 @@ __all__ = [
     "agent_path",
     "gateway_path",
 ]
+
+#: a file in an environment folder that marks it as foreign code (an imported EnvFactory tool file): envreg
+#: imports such a folder only inside a container sandbox or its image, where ENVREG_FOREIGN_CODE=allow
+FOREIGN_MARKER = "foreign.json"
+ENV_FOREIGN_CODE = "ENVREG_FOREIGN_CODE"

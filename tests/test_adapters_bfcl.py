@@ -114,6 +114,57 @@ def test_arguments_are_checked_against_the_published_schema() -> None:
     assert result.is_error and "colour: unexpected argument" in result.error
 
 
+def test_bfcl_coercion_accepts_a_number_as_a_string_exactly_where_the_method_converts_it() -> None:
+    """BFCL's harness hands methods what the model wrote; set_budget_limit converts it (float(...)),
+    close_ticket does not. The published schemas stay as BFCL documents them."""
+    entry = next(e for e in bfcl.load_entries(["base"]) if e.id == "multi_turn_base_153")
+    initial = bfcl.initial_state("TravelAPI", entry.initial_config)
+    lenient = bfcl.environment("TravelAPI").instance(initial)
+    strict = bfcl.environment("TravelAPI", "strict").instance(initial)
+    args = {"access_token": "abc123xyz", "budget_limit": "2857.14"}
+    theirs = bfcl.bfcl_class("TravelAPI")()
+    theirs._load_scenario(entry.initial_config["TravelAPI"], long_context=False)
+    ours = lenient.call_tool("set_budget_limit", args)
+    assert not ours.is_error and ours.value == theirs.set_budget_limit(**args) == {"budget_limit": 2857.14}
+    assert lenient.state.to_json()["public"]["budget_limit"] == 2857.14
+    refused = strict.call_tool("set_budget_limit", args)
+    assert refused.is_error and "budget_limit: '2857.14' is not of type 'number'" in refused.error
+    schema = next(t for t in lenient.env.list_tools() if t["name"] == "set_budget_limit")["inputSchema"]
+    assert schema["properties"]["budget_limit"]["type"] == "number", "agents see BFCL's schema"
+    for mode in bfcl.COERCIONS:
+        closed = bfcl.environment("TicketAPI", mode).instance().call_tool("close_ticket", {"ticket_id": "1"})
+        assert closed.is_error and "is not of type 'integer'" in closed.error, mode
+    assert bfcl.converted_parameters("MathAPI", "logarithm") == {"value", "base", "precision"}  # via mpmath
+    assert bfcl.converted_parameters("TicketAPI", "close_ticket") == frozenset()
+
+
+#: base entries whose numbers written as strings BFCL's methods accept: logarithm (mpmath converts) in
+#: 32, 49, 57; set_budget_limit (float()) in 153, 154, 165, 166, 182, 192
+NUMBERS_ACCEPTED = [32, 49, 57, 153, 154, 165, 166, 182, 192]
+
+
+async def test_numbers_written_as_strings_agree_with_bfcl_under_its_coercion_and_not_under_strict() -> None:
+    entries = [e for e in bfcl.load_entries(["base"]) if int(e.id.rsplit("_", 1)[1]) in NUMBERS_ACCEPTED]
+    async with Runtime() as rt:
+        lenient = await replay_all(rt, entries, variant="numbers-as-strings")
+    assert [r.agree and r.envreg.valid and r.bfcl.valid for r in lenient.results] == [True] * 9
+    async with Runtime() as rt:  # a runtime serves one environment per name
+        strict = await replay_all(rt, entries, variant="numbers-as-strings", coercion="strict")
+    assert [(r.envreg.valid, r.bfcl.valid) for r in strict.results] == [(False, True)] * 9
+
+
+@pytest.mark.slow
+async def test_every_entry_with_numbers_agrees_when_they_are_written_as_strings() -> None:
+    from envreg.adapters.bfcl_replay import has_numbers
+
+    entries = [e for e in bfcl.load_entries() if has_numbers(e)]
+    assert len(entries) == 560
+    entries = entries[: scaled(560, 40)]
+    async with Runtime() as rt:
+        report = await replay_all(rt, entries, variant="numbers-as-strings")
+    assert report.disagreements == [] and len(report.results) == len(entries)
+
+
 @pytest.mark.slow
 async def test_all_800_entries_agree_with_bfcls_checker_on_the_local_tier() -> None:
     entries = bfcl_entries()  # all 800 under `scripts/test --full`

@@ -79,6 +79,20 @@ def replay(
     drop_last: Annotated[
         bool, typer.Option("--drop-last", help="Replay each entry without its last ground-truth call.")
     ] = False,
+    numbers_as_strings: Annotated[
+        bool,
+        typer.Option(
+            "--numbers-as-strings",
+            help="Replay the ground truth with every number argument written as a string.",
+        ),
+    ] = False,
+    coercion: Annotated[
+        str,
+        typer.Option(
+            help="bfcl: accept what BFCL's methods accept (a number written as a string where the method "
+            "converts it); strict: the published schemas only (local tier; for training)."
+        ),
+    ] = "bfcl",
     restore_each_turn: Annotated[
         bool,
         typer.Option(
@@ -118,7 +132,18 @@ def replay(
     if limit is not None:
         entries = [e for c in chosen for e in [x for x in entries if x.category == c][:limit]]
     workers = concurrency or (1 if isolation == "local" else 16)
-    variant = "drop-last" if drop_last else "ground-truth"
+    if drop_last and numbers_as_strings:
+        err.print("[red]error:[/] --drop-last and --numbers-as-strings are two variants: choose one")
+        raise typer.Exit(2)
+    variant = "drop-last" if drop_last else "numbers-as-strings" if numbers_as_strings else "ground-truth"
+    if coercion not in bfcl.COERCIONS:
+        err.print(f"[red]error:[/] --coercion must be {' or '.join(bfcl.COERCIONS)}, not {coercion!r}")
+        raise typer.Exit(2)
+    if coercion != "bfcl" and isolation != "local":
+        err.print(
+            f"[red]error:[/] the bfcl-* images serve --coercion bfcl; replay --coercion {coercion} on the local tier"
+        )
+        raise typer.Exit(2)
 
     async def main():
         # warm units per image (8 images): a few ready containers each, or ready instances in shared ones
@@ -151,6 +176,7 @@ def replay(
                         isolation=isolation,
                         variant=variant,
                         restore_each_turn=restore_each_turn,
+                        coercion=coercion,
                         concurrency=workers,
                         progress=advance,
                     )
@@ -176,6 +202,7 @@ def replay(
                 {
                     "isolation": report.isolation,
                     "variant": report.variant,
+                    "coercion": coercion,
                     "restore_each_turn": report.restore_each_turn,
                     "seconds": round(report.seconds, 2),
                     "categories": {c: dict(r) for c, r in rows.items()},
@@ -187,7 +214,7 @@ def replay(
             )
         )
     else:
-        title = f"BFCL multi-turn replay · {report.isolation} · {report.variant}"
+        title = f"BFCL multi-turn replay · {report.isolation} · {report.variant} · coercion {coercion}"
         if report.restore_each_turn:
             title += " · snapshot/restore every turn"
         table = Table(title=title)

@@ -136,8 +136,7 @@ def build(
     are built from the installed package's catalog, with its manifests as they are (--frozen)."""
     from envreg.config import manifests_dir as config_manifests_dir
     from envreg.docker_engine import EngineUnavailable, require_engine
-    from envreg.env import load_environment
-    from envreg.env.loader import known_names
+    from envreg.env.loader import known_names, resolve_folder
     from envreg.images import (
         EnvImage,
         ImageBuildError,
@@ -152,7 +151,7 @@ def build(
         stage_base,
         stage_env,
     )
-    from envreg.manifest import Manifest, build_manifest, check_manifest, manifest_path, write_manifest
+    from envreg.manifest import Manifest, check_manifest, manifest_of, manifest_path, write_manifest
 
     try:
         p = paths()
@@ -178,7 +177,8 @@ def build(
     refused: list[str] = []
     for ref in refs:
         try:
-            env = load_environment(ref)
+            env = manifest_of(ref)  # generated from the code; a foreign folder's in a container sandbox
+            folder = resolve_folder(ref)
         except Exception as exc:
             refused.append(f"{ref}: the environment does not load: {exc}")
             continue
@@ -197,7 +197,7 @@ def build(
             refused.append(f"{env.name}: {problem} (run `envreg manifest {env.name}` and commit the result)")
             continue
         if problem and print_only:  # what the build would write, written nowhere
-            digest = build_manifest(env).digests.manifest
+            digest = env.digests.manifest
         else:
             if problem:
                 write_manifest(env, mdir)
@@ -209,7 +209,7 @@ def build(
         if not force and not print_only and (moved := _would_move(image)):
             refused.append(moved)
             continue
-        envs.append((image, env.folder, path))
+        envs.append((image, folder, path))
     if refused:
         for r in refused:
             err.print(f"[red]refused:[/] {r}")

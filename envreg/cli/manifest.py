@@ -25,9 +25,10 @@ def manifest(
 ) -> None:
     """Generate manifests/<name>.json from each environment's code."""
     from envreg.config import images_root
-    from envreg.env import EnvironmentNotFound, load_environment
+    from envreg.env import EnvironmentNotFound
     from envreg.env.loader import known_names
-    from envreg.manifest import check_manifest, write_manifest
+    from envreg.errors import EnvregError
+    from envreg.manifest import check_manifest, manifest_of, write_manifest
 
     refs = envs or known_names()
     if not refs:
@@ -39,8 +40,8 @@ def manifest(
     stale, rows = [], []
     for ref in refs:
         try:
-            env = load_environment(ref)
-        except (EnvironmentNotFound, TypeError, ValueError) as exc:
+            env = manifest_of(ref)  # a foreign folder's in a container sandbox
+        except (EnvironmentNotFound, TypeError, ValueError, EnvregError) as exc:
             raise fail(str(exc), getattr(exc, "hint", None) or "check the environment's env.py", 2) from None
         if check:
             problem = check_manifest(env, out_dir)

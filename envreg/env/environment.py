@@ -236,7 +236,7 @@ class Instance(Generic[S]):
 
     def _run(self, tool: Tool, state: S, kwargs: dict[str, Any]) -> ToolResult:
         try:
-            return tool.to_result(tool.fn(state, **kwargs))
+            return tool.to_result(tool.invoke(state, kwargs))
         except ToolError as exc:
             return ToolResult(error=str(exc) or f"{tool.name} failed")
         except CommittedStateError:
