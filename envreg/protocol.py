@@ -60,9 +60,13 @@ TIERS: tuple[Isolation, ...] = ("local", "instance", "container")
 SHARED_TIERS = frozenset({"local", "instance"})
 """Tiers whose sandboxes are instances on a shared server; the others get a dedicated server each."""
 
+DEFAULT_GRACE = 30.0
+"""Seconds a runtime's keeper must have been gone before `envreg gc` removes what it left."""
+
 __all__ = [
     "AGENT_PORT",
     "CONTROL_PORT",
+    "DEFAULT_GRACE",
     "DEFAULT_INSTANCE",
     "GATEWAY_PREFIX",
     "MCP_SESSION_VERSION",

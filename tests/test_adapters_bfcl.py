@@ -6,7 +6,7 @@ import json
 from collections import Counter
 
 import pytest
-from conftest import ROOT, scaled
+from conftest import ROOT, bfcl_entries, scaled
 from jsonschema import Draft202012Validator, FormatChecker
 from typer.testing import CliRunner
 
@@ -58,10 +58,12 @@ def test_calls_with_positional_arguments_become_named() -> None:
         bfcl.parse_call("cd('a', folder='b')", ["GorillaFileSystem"])
 
 
+@pytest.mark.slow
 def test_every_ground_truth_result_matches_its_output_schema_and_every_state_round_trips() -> None:
     validators: dict[tuple[str, str], Draft202012Validator] = {}
     checked = Counter()
-    for entry in bfcl.load_entries():
+    entries = bfcl_entries()  # all 800 under `scripts/test --full`
+    for entry in entries:
         instances = {
             c: bfcl.environment(c).instance(bfcl.initial_state(c, entry.initial_config, entry.long_context))
             for c in entry.classes
@@ -83,7 +85,8 @@ def test_every_ground_truth_result_matches_its_output_schema_and_every_state_rou
             text = instance.state.canonical()
             assert bfcl.environment(c).parse_state(json.loads(text)).canonical() == text, (entry.id, c)
             checked["states"] += 1
-    assert checked["results"] > 3500 and checked["states"] == 1340
+    assert checked["states"] == sum(len(e.classes) for e in entries) == scaled(1340, checked["states"])
+    assert checked["results"] > scaled(3500, 3500 * len(entries) // 800)
 
 
 def test_snapshots_keep_the_current_directory_and_random_state() -> None:
@@ -162,15 +165,19 @@ async def test_every_entry_with_numbers_agrees_when_they_are_written_as_strings(
     assert report.disagreements == [] and len(report.results) == len(entries)
 
 
+@pytest.mark.slow
 async def test_all_800_entries_agree_with_bfcls_checker_on_the_local_tier() -> None:
+    entries = bfcl_entries()  # all 800 under `scripts/test --full`
     async with Runtime() as rt:
-        report = await replay_all(rt, bfcl.load_entries())
+        report = await replay_all(rt, entries)
     rows = report.by_category()
     assert set(rows) == set(bfcl.CATEGORIES)
+    per_category = scaled(200, 40)
     for category, row in rows.items():
-        assert row["entries"] == 200, category
-        assert row["envreg valid"] == row["bfcl valid"] == row["agree"] == 200, (category, row)
-    assert sum(r["calls"] for r in rows.values()) == 4625
+        assert row["entries"] == per_category, category
+        assert row["envreg valid"] == row["bfcl valid"] == row["agree"] == per_category, (category, row)
+    calls = sum(len(turn) for e in entries for turn in e.ground_truth)
+    assert sum(r["calls"] for r in rows.values()) == calls == scaled(4625, calls)
 
 
 async def test_dropping_the_last_call_makes_every_base_entry_invalid_under_both() -> None:

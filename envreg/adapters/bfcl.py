@@ -34,6 +34,7 @@ from typing import Any, Literal
 from envreg.adapters.objects import SnapshotError, dump_object, load_object
 from envreg.adapters.pyclass import ClassEnvironment, Method, class_environment
 from envreg.env import Environment
+from envreg.errors import EnvregError
 
 BFCL_VERSION = "2026.3.23"
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
@@ -93,8 +94,8 @@ COERCIONS: tuple[Coercion, ...] = ("bfcl", "strict")
 _CONVERTERS = frozenset({"float", "int", "Decimal"})
 
 
-class BfclNotInstalled(ImportError):
-    pass
+class BfclNotInstalled(EnvregError, ImportError):
+    """bfcl-eval (the BFCL classes) is not installed; the hint says how to install it."""
 
 
 def _bfcl() -> Any:
@@ -103,8 +104,9 @@ def _bfcl() -> Any:
         from bfcl_eval.constants import executable_backend_config
     except ImportError as exc:
         raise BfclNotInstalled(
-            f"bfcl-eval is not installed ({exc}); install it without its dependencies: "
-            f"pip install --no-deps bfcl-eval=={BFCL_VERSION} mpmath"
+            f"bfcl-eval is not installed ({exc})",
+            "install it without its dependencies (they pull torch): pip install --no-deps --require-hashes "
+            f"-r images/base/bfcl-requirements.lock (bfcl-eval=={BFCL_VERSION} and mpmath)",
         ) from None
     return bfcl_eval, executable_backend_config
 

@@ -1,9 +1,10 @@
 """Replay tau2's gold tasks through envreg sandboxes; compare envreg's verdict with tau2's EnvironmentEvaluator.
 
 For each task, the gold actions go to a sandbox of ``tau2-<domain>`` (on the chosen tier) started from
-the task's initial state, as the model's (and, for telecom, the user's) tool calls. envreg's verdict:
-the sandbox's final databases have the hashes of tau2's own gold run (tau2's environment, the gold
-actions, its `get_db_hash`). tau2's verdict: its `EnvironmentEvaluator.calculate_reward` on the
+the task's initial state, as the model's (and, for telecom, the user's) tool calls. envreg's verdict
+follows the task's reward basis, on the sandbox's final state: ``DB``, its databases have the hashes of
+tau2's own gold run (tau2's environment, the gold actions, its `get_db_hash`); ``ENV_ASSERTION``, tau2's
+assertions hold on it. tau2's verdict: its `EnvironmentEvaluator.calculate_reward` on the
 trajectory made of envreg's calls and results, which replays them in a fresh tau2 environment,
 refuses a trajectory whose results differ from its own, and compares the databases with the gold run.
 """
@@ -68,6 +69,26 @@ def gold_hashes(domain: str, task: Any) -> tuple[str | None, str | None]:
     return env.get_db_hash(), env.get_user_db_hash()
 
 
+def envreg_verdict(domain: str, task: Any, state: dict[str, Any]) -> tuple[bool, str]:
+    """envreg's verdict on a final state, by the task's reward basis (DB: tau2's gold hashes; ENV_ASSERTION:
+    tau2's assertions on this state)."""
+    from tau2.data_model.tasks import RewardType
+
+    basis = task.evaluation_criteria.reward_basis if task.evaluation_criteria else []
+    if RewardType.DB in basis and tau2.db_hashes(domain, state) != gold_hashes(domain, task):
+        return False, "the final database differs from tau2's gold run"
+    if RewardType.ENV_ASSERTION in basis:
+        model = tau2.state_model(domain).model_validate(state)
+        user = getattr(model, "user_db", None)
+        db = type(tau2.reference(domain).tools.db).model_validate(model.model_dump(exclude={"user_db"}))
+        kwargs = {"db": db, **({"user_db": user} if user is not None else {})}
+        env = tau2.DOMAIN_INFO[domain].environment_module().get_environment(**kwargs)
+        for assertion in task.evaluation_criteria.env_assertions or []:
+            if not env.run_env_assertion(assertion, raise_assertion_error=False):
+                return False, f"tau2's assertion {assertion.func_name} fails on the final state"
+    return True, ""
+
+
 def tau2_verdict(domain: str, task: Any, trajectory: list[Any]) -> tuple[bool, str]:
     """tau2's EnvironmentEvaluator on the trajectory envreg produced: (reward == 1, why not)."""
     from tau2.evaluator.evaluator_env import EnvironmentEvaluator
@@ -118,10 +139,7 @@ async def replay_task(
         state = await sb.state()
     finally:
         await sb.close()
-    ours = tau2.db_hashes(domain, state)
-    gold = gold_hashes(domain, task)
-    envreg_ok = ours == gold
-    reason = "" if envreg_ok else "the final database differs from tau2's gold run"
+    envreg_ok, reason = envreg_verdict(domain, task, state)
     theirs, why = tau2_verdict(domain, task, _trajectory(calls, results))
     return TaskResult(domain, str(task.id), len(calls), envreg_ok, theirs, reason or why, call_ms)
 

@@ -11,17 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-out = Console()
-err = Console(stderr=True)
+from envreg.cli.output import JsonOpt, err, fail, print_json
 
 app = typer.Typer(help="Import environments written for other frameworks.", no_args_is_help=True)
-
-
-def _fail(message: str, hint: str | None = None, code: int = 1) -> None:
-    err.print(f"[red]error:[/] {escape(message)}", highlight=False)
-    if hint:
-        err.print(f"[dim]hint:[/] {escape(hint)}", highlight=False)
-    raise typer.Exit(code)
 
 
 @app.command("envfactory")
@@ -54,9 +46,11 @@ def envfactory(
         bool, typer.Option("--force", help="Write into an existing folder of that name.")
     ] = False,
     timeout: Annotated[float, typer.Option(help="Seconds the inspection may take in its sandbox.")] = 300.0,
+    as_json: JsonOpt = False,
 ) -> None:
     """Inspect TOOL_FILE in a container sandbox (never on this host), then copy it and its metadata unchanged
     into images/<name>/ with an env.py serving its @mcp.tool functions, a seed and a recorded scenario."""
+    out = Console(stderr=True) if as_json else Console()  # --json: the report to stderr, JSON to stdout
     from envreg.adapters import envfactory as ef
     from envreg.adapters.envfactory_import import FOREIGN_MARKER, write_folder
     from envreg.errors import EnvregError
@@ -64,7 +58,7 @@ def envfactory(
 
     for path in (tool_file, metadata, *(p for p in (seed, scenarios) if p)):
         if not path.exists():
-            _fail(f"{path} does not exist", code=2)
+            raise fail(f"{path} does not exist", code=2)
     try:
         meta = ef.read_metadata(metadata)
         env_name = ef.check_name(name if name is not None else ef.kebab(meta.class_name))
@@ -79,17 +73,17 @@ def envfactory(
         )
         parsed = {rel: json.loads(data) for rel, data in scenario_files.items()}
     except (ef.ImportProblem, ValueError) as exc:
-        _fail(str(exc))
+        raise fail(str(exc)) from None
     if tool_file.name in ("env.py", FOREIGN_MARKER) or tool_file.name == metadata.name:
-        _fail(
+        raise fail(
             f"the tool file cannot be named {tool_file.name} (the folder's env.py and {FOREIGN_MARKER} are envreg's)"
         )
     root = images.resolve()
     folder = (images / env_name).resolve()
     if folder.parent != root:  # the name rule already keeps it there; this is the guarantee
-        _fail(f"{folder} is not inside {root}")
+        raise fail(f"{folder} is not inside {root}")
     if folder.exists() and not force:
-        _fail(
+        raise fail(
             f"{images / env_name} exists",
             "pass --force to write into it, or --name to import under another name",
         )
@@ -115,9 +109,9 @@ def envfactory(
                 what=f"the tool file {tool_file.name}",
             )
         except EnvregError as exc:
-            _fail(exc.message, exc.hint)
+            raise fail(exc.message, exc.hint) from None
     if not report["ok"]:
-        _fail(report["problem"], "nothing was written; fix the tool file or its metadata")
+        raise fail(report["problem"], "nothing was written; fix the tool file or its metadata")
 
     written = write_folder(
         folder,
@@ -185,8 +179,19 @@ def envfactory(
     failed = [c for c in checks if c["passed"] is False]
     for check in failed:
         err.print(f"[red]fail:[/] {check['name']}: {escape(check['evidence'])}", highlight=False)
+    if as_json:
+        print_json(
+            {
+                "name": env_name,
+                "version": version,
+                "folder": str(folder),
+                "tools": list(report["tools"]),
+                "files": [str(p.relative_to(folder)) for p in written],
+                "checks": checks,
+            }
+        )
     if failed:
-        _fail(
+        raise fail(
             f"{env_name} was imported into {images / env_name}/ but fails the checks above",
             "fix the tool file (envreg validate will refuse its image as it is)",
         )
