@@ -14,8 +14,9 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
+from envreg.cli.output import err, fail
+
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class _GenerateByDefault(TyperGroup):
@@ -44,16 +45,9 @@ KeyEnvOpt = Annotated[str, typer.Option("--api-key-env", help="Environment varia
 TemperatureOpt = Annotated[float, typer.Option(help="Sampling temperature.")]
 
 
-def _fail(message: str, hint: str | None = None, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(message)}")
-    if hint:
-        err.print(f"[dim]hint:[/] {escape(hint)}")
-    return typer.Exit(code)
-
-
 def _llm(base_url: str | None, model: str | None, key_env: str, temperature: float):  # type: ignore[no-untyped-def]
     if not base_url or not model:
-        raise _fail(
+        raise fail(
             "envgen needs a model: pass --llm-base-url and --model",
             "any OpenAI-compatible server (vllm serve ..., or the stand-in: python -m envreg.standin --script envgen)",
             2,
@@ -112,7 +106,7 @@ def generate_cmd(
     from envreg.errors import EnvregError
 
     if not source.is_file():
-        raise _fail(f"{source} is not a file", code=2)
+        raise fail(f"{source} is not a file", code=2)
     llm = _llm(llm_base_url, model, api_key_env, temperature)
     try:
         spec = read_input(source, name=name, domain=domain)
@@ -128,7 +122,7 @@ def generate_cmd(
         else:
             prepare_output(folder, spec.name, force=force)
     except EnvregError as exc:
-        raise _fail(exc.message, exc.hint, 2 if exc.status == 400 else 1) from None
+        raise fail(exc.message, exc.hint, 2 if exc.status == 400 else 1) from None
     for note in spec.notes:
         err.print(f"[yellow]note:[/] {escape(note)}")
     options = Options(out=folder, revisions=revisions, call_timeout=call_timeout, sandbox_timeout=timeout)
@@ -141,7 +135,7 @@ def generate_cmd(
     else:
         _print_run(log, folder)
     if not result.passed:
-        raise _fail(
+        raise fail(
             f"{spec.name}: no revision passed within {revisions}",
             f"read {folder}/revisions/*/report.json; raise --revisions, or fix {folder}/{spec.name}/ by hand "
             f"(envreg scenario record, envreg build, envreg validate)",
@@ -221,7 +215,7 @@ def propose_cmd(
         loaded = load_manifests(manifests)
         tool_graph = ToolGraph.load(graph) if graph else None
     except (FileNotFoundError, ValueError, OSError) as exc:
-        raise _fail(
+        raise fail(
             str(exc), "point --manifests at the catalog's manifests/ (and --graph at a tool graph)", 2
         ) from None
     if not llm_base_url:
@@ -238,7 +232,7 @@ def propose_cmd(
             proposals, gaps = anyio.run(lambda: propose(llm, loaded, count, tool_graph))
         paths = write_proposals(out_dir, proposals, force=force)
     except EnvregError as exc:
-        raise _fail(exc.message, exc.hint) from None
+        raise fail(exc.message, exc.hint) from None
     if as_json:
         rows = [
             {"name": s.name, "domain": s.domain, "tools": len(s.tools), "rationale": r, "path": str(p)}

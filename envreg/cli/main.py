@@ -75,10 +75,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("synth", "Synthesis: tool graph, executed multi-turn trajectories, SFT / RL exports."),
     "adapters": ("adapters", "Foreign environments served through envreg."),
     "import": ("importers", "Import environments written for other frameworks."),
-    "scenario": ("scenario", "Record scenarios: play their calls on the local tier, write results and final states."),
+    "scenario": ("scenario", "Validation scenarios: record their calls' results and final states."),
     "envgen": (
         "envgen",
-        "EnvGen: environments written by an LLM from API metadata, every revision built and validated.",
+        "EnvGen: environments from API metadata, every revision built and validated in containers.",
     ),
     "eval": (
         "eval",

@@ -10,17 +10,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from envreg.cli.output import err, fail
+
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-app = typer.Typer(help="Validation scenarios: record their results.", no_args_is_help=True)
-
-
-def _fail(message: str, hint: str | None = None, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(message)}")
-    if hint:
-        err.print(f"[dim]hint:[/] {escape(hint)}")
-    return typer.Exit(code)
+app = typer.Typer(
+    help="Validation scenarios: record their calls' results and final states.", no_args_is_help=True
+)
 
 
 def _scenario_files(folder: Path, given: list[str]) -> list[Path]:
@@ -28,7 +24,7 @@ def _scenario_files(folder: Path, given: list[str]) -> list[Path]:
     if not given:
         files = sorted(root.glob("*.json"))
         if not files:
-            raise _fail(
+            raise fail(
                 f"{root}/ holds no scenario files",
                 "write one (name, steps with tool and arguments; `envreg schema scenario` has the format), "
                 "or name the files to record",
@@ -43,7 +39,7 @@ def _scenario_files(folder: Path, given: list[str]) -> list[Path]:
                 break
         else:
             known = ", ".join(p.stem for p in sorted(root.glob("*.json"))) or "none"
-            raise _fail(f"no scenario {ref!r}: not a file, nor one of {root}/ (known: {known})", code=2)
+            raise fail(f"no scenario {ref!r}: not a file, nor one of {root}/ (known: {known})", code=2)
     return files
 
 
@@ -57,7 +53,7 @@ def _read(path: Path):  # type: ignore[no-untyped-def]
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "the file"
-        raise _fail(
+        raise fail(
             f"{path} is not a scenario: {where}: {first['msg']} ({exc.error_count()} problem(s))",
             "the format: `envreg schema scenario` (name, steps of tool / arguments / expect_error, "
             "initial_state, final_state)",
@@ -100,7 +96,7 @@ def record_cmd(
     try:
         folder = resolve_folder(env)
     except EnvregError as exc:
-        raise _fail(exc.message, exc.hint, 2) from None
+        raise fail(exc.message, exc.hint, 2) from None
     files = _scenario_files(folder, scenarios or [])
     parsed = [_read(path) for path in files]
     try:
@@ -133,9 +129,9 @@ def record_cmd(
                 for r in (record(environment, s, call_timeout=call_timeout) for s in parsed)
             ]
     except EnvregError as exc:
-        raise _fail(exc.message, exc.hint) from None
+        raise fail(exc.message, exc.hint) from None
     except Exception as exc:  # the environment's own code does not import
-        raise _fail(f"{folder.name} does not load: {type(exc).__name__}: {exc}") from None
+        raise fail(f"{folder.name} does not load: {type(exc).__name__}: {exc}") from None
 
     problems = [(path, p) for path, (_, found) in zip(files, results, strict=True) for p in found]
     if problems:
@@ -143,7 +139,7 @@ def record_cmd(
             err.print(f"[red]refused:[/] {escape(path.name)}: {escape(str(p))}")
             if p.traceback:
                 err.print(escape("    " + p.traceback.replace("\n", "\n    ")), style="dim")
-        raise _fail(
+        raise fail(
             f"{len(problems)} problem(s) in {len({path for path, _ in problems})} scenario file(s): nothing was written",
             'fix the calls, or mark a call that must fail with "expect_error": "<part of its message>"',
         )
@@ -162,7 +158,7 @@ def record_cmd(
             f"[green]recorded[/] {escape(str(path))}: {len(recorded.steps)} calls, final state of {len(state):,} bytes"
         )
     if check and stale:
-        raise _fail(
+        raise fail(
             f"{len(stale)} scenario file(s) differ from their recording: {', '.join(p.name for p in stale)}",
             f"run `envreg scenario record {env}` and review the diff",
         )

@@ -33,17 +33,17 @@ class Step(BaseModel):
 
 
 class Scenario(BaseModel):
-    """A call sequence on an initial state, with the results and the final state it must reach.
-
-    Ids follow `EnvState.new_id`: ``id_counters[prefix]`` is the number of the last id handed out, so a state
-    holding ``evt_0007`` has ``id_counters["evt"] >= 7``."""
+    """A call sequence on an initial state, with the results and the final state it must reach."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="The scenario's name (its file is scenarios/<name>.json).")
     description: str = Field(default="", description="What the scenario exercises, for a reviewer.")
     initial_state: dict[str, Any] | None = Field(
-        default=None, description="The state the calls start from; omit to start from the seed state."
+        default=None,
+        description="The state the calls start from (omit: the seed state). Ids follow state.new_id: "
+        "id_counters[prefix] is the number of the last id handed out, so a state holding evt_0007 has "
+        "id_counters.evt >= 7.",
     )
     steps: list[Step] = Field(description="The calls, in order.")
     final_state: dict[str, Any] | None = Field(
