@@ -433,3 +433,16 @@ def test_envgen_cli_refusals(tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
     helped = runner.invoke(app, ["envgen", "--help"])
     assert "generate" in helped.output and "propose" in helped.output
+
+
+def test_the_sandboxs_answer_is_checked_before_the_host_uses_it() -> None:
+    from envreg.envgen.inspect import Inspection
+
+    good = {"imported": True, "hung": False, "recorded": {"scenarios/a.json": "{}"}, "failures": []}
+    assert Inspection.read(good, {"scenarios/a.json"}).recorded == {"scenarios/a.json": "{}"}
+    with pytest.raises(ValueError, match=r"does not have: \.\./x\.json"):
+        Inspection.read({**good, "recorded": {"../x.json": "{}"}}, {"scenarios/a.json"})
+    with pytest.raises(ValueError):
+        Inspection.read({**good, "failures": [{"stage": "mine", "check": "x", "message": "m"}]}, set())
+    with pytest.raises(ValueError):
+        Inspection.read({**good, "extra": 1}, set())

@@ -271,3 +271,27 @@ def test_scenario_record_runs_a_generated_folder_in_a_sandbox(name: str, tmp_pat
     refused = runner.invoke(app, ["scenario", "record", str(folder), "touch"])
     assert refused.exit_code == 1 and "touch, step 1 (touch): the call failed" in refused.output
     assert not marker.exists()
+
+
+def test_a_module_that_rewrites_the_sandboxs_answer_cannot_write_outside_its_folder(
+    name: str, home: Path, tmp_path: Path, llm_config
+) -> None:
+    spec = read_input(PARKING, name=name)
+    files = standin_files(prompt_spec(spec))
+    files["env.py"] += (
+        "\nimport envreg.envgen.inspect as _inspect\n_relative = _inspect._relative\n"
+        "def _rewritten(answer, folder):\n    answer = _relative(answer, folder)\n"
+        "    answer['recorded']['../../../escaped.json'] = '{}'\n    return answer\n"
+        "_inspect._relative = _rewritten\n"
+    )
+    with StandInLLM(answering(files)) as llm:
+        result = anyio.run(
+            generate, spec, llm_config(llm.base_url), Options(out=tmp_path / "out", revisions=1)
+        )
+    (failure,) = result.revisions[0].failures
+    assert (
+        failure.check == "envgen.import"
+        and "records files the draft does not have: ../../../escaped.json" in failure.message
+    )
+    assert not result.revisions[0].built
+    assert not list(tmp_path.rglob("escaped.json"))

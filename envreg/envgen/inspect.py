@@ -14,6 +14,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from envreg.env.record import CallTimeout, deadline, record, scenario_text, traceback_tail
 
 # what a recording problem is, as the check of `envreg validate` that would see it
@@ -28,6 +30,33 @@ CHECK_OF = {
     "initial_state": "scenarios.initial_states",
     "id_counter": "scenarios.initial_states",
 }
+
+
+class Inspection(BaseModel):
+    """The sandbox's answer, as the host reads it: the code that ran beside `inspect_draft` could have
+    changed it, so its shape is checked and it may only fill in the draft's own scenario files."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    imported: bool
+    hung: bool
+    name: str | None = None
+    version: str | None = None
+    tools: list[dict[str, Any]] = []
+    recorded: dict[str, str] = {}
+    failures: list[dict[str, Any]] = []
+
+    @classmethod
+    def read(cls, answer: Any, scenario_files: set[str]) -> Inspection:
+        """`answer` checked; `ValueError` when it is not an inspection of the draft with these scenario files."""
+        from envreg.envgen.report import Failure
+
+        inspection = cls.model_validate(answer)
+        for f in inspection.failures:
+            Failure.model_validate(f)
+        if stray := set(inspection.recorded) - scenario_files:
+            raise ValueError(f"it records files the draft does not have: {', '.join(sorted(stray))}")
+        return inspection
 
 
 def _failure(check: str, message: str, **extra: Any) -> dict[str, Any]:

@@ -35,6 +35,7 @@ import anyio
 
 from envreg.envgen.draft import MARKER, Draft, write_files
 from envreg.envgen.image import BuildFailed, build_image
+from envreg.envgen.inspect import Inspection
 from envreg.envgen.prompts import METADATA_SYSTEM, WRITE_SYSTEM, metadata_prompt, write_prompt
 from envreg.envgen.report import Failure, for_model, from_validation, metadata_failures
 from envreg.envgen.spec import Brief, Spec, SpecProblem, from_metadata
@@ -316,23 +317,29 @@ async def _execute(
             "failures": [_stage_failure("envgen.import", exc.message)],
         }
     revision.seconds["inspect"] = time.perf_counter() - t
-    revision.failures += [Failure.model_validate(f) for f in inspection["failures"]]
-    if not inspection["imported"]:
+    try:
+        inspected = Inspection.read(inspection, set(draft.scenarios))
+    except ValueError as exc:
+        message = f"the sandbox's answer is not an inspection (did the module change envreg?): {exc}"
+        revision.failures.append(Failure.model_validate(_stage_failure("envgen.import", message[:2000])))
         return
-    if inspection.get("name") != name:
+    revision.failures += [Failure.model_validate(f) for f in inspected.failures]
+    if not inspected.imported:
+        return
+    if inspected.name != name:
         revision.failures.append(
             Failure(
                 stage="inspect",
                 check="envgen.metadata",
-                message=f"the environment is named {inspection.get('name')!r}: name it {name!r} "
+                message=f"the environment is named {inspected.name!r}: name it {name!r} "
                 f'(Environment("{name}", ...))',
             )
         )
         return
-    revision.failures += metadata_failures(spec, inspection["tools"])
-    if inspection["hung"]:
+    revision.failures += metadata_failures(spec, inspected.tools)
+    if inspected.hung:
         return
-    recorded = {rel: text.encode() for rel, text in inspection["recorded"].items()}
+    recorded = {rel: text.encode() for rel, text in inspected.recorded.items()}
     write_files(rev_dir / name, draft.folder_files(recorded))
     say(f"revision {revision.number}: building its image")
     t = time.perf_counter()
