@@ -63,8 +63,12 @@ async def one(path: Path, schedule: list[str], revisions: int, out: Path) -> dic
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("inputs", nargs="*", type=Path, help="inputs (default: every file of tests/fixtures/envgen)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "inputs", nargs="*", type=Path, help="inputs (default: every file of tests/fixtures/envgen)"
+    )
     parser.add_argument("--revisions", type=int, default=4, help="revision budget (default 4)")
     parser.add_argument("--out", type=Path, help="output folder (default: a new temporary one)")
     parser.add_argument("--keep-images", action="store_true", help="keep the images built")
