@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -136,3 +137,52 @@ def entity_score(
     if not relevant:
         return 1.0, []
     return 1 - len(wrong) / len(relevant), wrong
+
+
+def without_fields(value: Any, names: Sequence[str]) -> Any:
+    """`value` without the top-level fields `names` of its objects (noise an augmentation added)."""
+    if not names:
+        return value
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if k not in names}
+    if isinstance(value, list):
+        return [without_fields(v, names) for v in value]
+    return value
+
+
+def _scalars(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _scalars(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _scalars(v)]
+    return [] if value is None or isinstance(value, bool) else [value]
+
+
+def result_obtained(expected: Any, value: Any, rendered: str | None, noise: Sequence[str] = ()) -> bool:
+    """Whether a replayed call's result is the oracle's `expected` result.
+
+    `value` is the result as data (with the `noise` fields an augmentation added), `rendered` the
+    text the agent got when an augmentation reshaped it (YAML, XML, markdown): then every scalar of
+    `expected` must appear in that text, as any of its renderings writes it.
+    """
+    if (
+        rendered is not None
+        and isinstance(value, str)
+        and value == rendered
+        and not isinstance(expected, str)
+    ):
+        import html
+
+        text = html.unescape(rendered)
+        for scalar in _scalars(expected):
+            forms = [json.dumps(scalar, ensure_ascii=False)] if isinstance(scalar, int | float) else []
+            if isinstance(scalar, str):
+                forms = [
+                    scalar,
+                    json.dumps(scalar, ensure_ascii=False)[1:-1],
+                    scalar.replace("|", "\\|").replace("\n", " "),
+                ]
+            if not any(form in text for form in forms):
+                return False
+        return True
+    return json_equal(without_fields(value, noise), expected)

@@ -19,6 +19,8 @@ from typing import Any
 import anyio
 
 from envreg.canonical import canonical_json, sha256_hex
+from envreg.env import states_equal
+from envreg.reward.answer import answer_facts
 from envreg.synth.graph import ToolGraph
 from envreg.synth.query import template_answer, template_query
 from envreg.synth.records import EnvRef, ExecutedCall, Trajectory, Turn
@@ -244,19 +246,26 @@ class Synthesizer:
 
     async def _turn(self, calls: list[ExecutedCall], sandboxes: dict[str, Any]) -> Turn:
         states = {env: await sb.state() for env, sb in sandboxes.items()}
-        plain = [c.model_dump() for c in calls]
         return Turn(
             query="",
             calls=calls,
             state_sha256={env: sha256_hex(canonical_json(s)) for env, s in states.items()},
             states=states,
-            answer=template_answer(plain),
         )
 
     def _record(self, index, seed, contexts, chosen, turns: list[Turn], meta) -> Trajectory:
-        for turn in turns:
-            turn.query = template_query(self.graph, [c.model_dump() for c in turn.calls])
         initial = {e: i.state for e, i in chosen.items()}
+        before = initial
+        for turn in turns:
+            plain = [c.model_dump() for c in turn.calls]
+            turn.query = template_query(self.graph, plain)
+            read_only = all(
+                states_equal(state, turn.states[env], self.contexts[env].volatile)
+                for env, state in before.items()
+            )
+            turn.facts = answer_facts([c.result for c in turn.calls]) if read_only else []
+            turn.answer = template_answer(plain, turn.facts)
+            before = turn.states
         final = turns[-1].states
         body = {"seed": self.seed, "index": index, "calls": [c.model_dump() for t in turns for c in t.calls]}
         return Trajectory(

@@ -9,8 +9,9 @@ snapshot ids, state hashes). The formats are described in the README (Formats se
 - ``sft.json`` + ``dataset_info.json``: LLaMA-Factory ``sharegpt`` with ``function_call`` / ``observation``
   turns and the tools of each conversation.
 - ``rl.parquet``: verl rows (``data_source``, ``prompt``, ``ability``, ``reward_model``, ``extra_info``), one per
-  turn, with the ground-truth calls (masked arguments marked) and each environment's state before and
-  after the turn.
+  turn, with the ground truth (the turn's calls with their results and masked arguments marked, the
+  facts a read-only turn's answer must state, the oracle's answer) and each environment's state
+  before and after the turn.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from envreg.env import states_equal
 from envreg.manifest import Manifest
-from envreg.synth.records import Trajectory, function_name
+from envreg.reward.answer import Fact, unit_facts, with_facts
+from envreg.synth.records import Trajectory, Turn, function_name
 
 FORMATS = ("trajectories", "envfactory", "sft", "rl")
 SYSTEM_PROMPT = (
@@ -101,12 +104,31 @@ def _states_before(trajectory: Trajectory) -> list[dict[str, dict[str, Any]]]:
     return before
 
 
+def turn_facts(trajectory: Trajectory, turn: Turn, before: dict[str, dict[str, Any]]) -> list[Fact]:
+    """What the turn's answer must state: its own facts, or those of its results when it reads only."""
+    read_only = all(
+        states_equal(state, turn.states.get(env, state), trajectory.volatile.get(env, []))
+        for env, state in before.items()
+    )
+    return unit_facts(turn.facts, [c.result for c in turn.calls if not c.is_error], read_only)
+
+
+def turn_answers(trajectory: Trajectory) -> list[tuple[list[Fact], str]]:
+    """Per turn: its facts and the assistant's answer, completed with the facts it does not state."""
+    out = []
+    for turn, before in zip(trajectory.turns, _states_before(trajectory), strict=True):
+        facts = turn_facts(trajectory, turn, before)
+        out.append((facts, with_facts(turn.answer or "Done.", facts)))
+    return out
+
+
 # ------------------------------------------------------------------------------------ EnvFactory
 def envfactory_record(trajectory: Trajectory) -> dict[str, Any]:
     """One trajectory in EnvFactory's file form: a node per turn, alternating input and output steps."""
     envs = [e.name for e in trajectory.envs]
     nodes = []
-    for turn, before in zip(trajectory.turns, _states_before(trajectory), strict=True):
+    answers = turn_answers(trajectory)
+    for turn, before, (_, answer) in zip(trajectory.turns, _states_before(trajectory), answers, strict=True):
         steps: list[dict[str, Any]] = [{"role": "user", "content": turn.query}]
         for call in turn.calls:
             steps.append(
@@ -116,7 +138,7 @@ def envfactory_record(trajectory: Trajectory) -> dict[str, Any]:
                 }
             )
             steps.append({"role": "tool_response", "content": [_result_text(call)]})
-        steps.append({"role": "assistant", "content": turn.answer or "Done."})
+        steps.append({"role": "assistant", "content": answer})
         nodes.append(
             {
                 "query": turn.query,
@@ -172,17 +194,17 @@ def sft_record(trajectory: Trajectory, manifests: dict[str, Manifest]) -> dict[s
     """A LLaMA-Factory sharegpt conversation with tool calls (``human``/``function_call``/``observation``/``gpt``)."""
     envs = [e.name for e in trajectory.envs]
     conversation: list[dict[str, str]] = []
-    for turn in trajectory.turns:
+    for turn, (_, answer) in zip(trajectory.turns, turn_answers(trajectory), strict=True):
         conversation.append({"from": "human", "value": turn.query})
         if turn.messages:
             conversation += _messages_to_sharegpt(turn.messages)
             if conversation[-1]["from"] != "gpt":
-                conversation.append({"from": "gpt", "value": turn.answer or "Done."})
+                conversation.append({"from": "gpt", "value": answer})
             continue
         for call in turn.calls:
             conversation.append({"from": "function_call", "value": dumps(_call_json(call, envs))})
             conversation.append({"from": "observation", "value": _result_text(call)})
-        conversation.append({"from": "gpt", "value": turn.answer or "Done."})
+        conversation.append({"from": "gpt", "value": answer})
     tools = [t["function"] for t in tool_specs(trajectory, manifests)]
     return {
         "conversations": conversation,
@@ -202,30 +224,44 @@ DATASET_INFO = {
 
 
 # -------------------------------------------------------------------------------------------- RL
-def _history(turn, envs: list[str]) -> list[dict[str, str]]:
+def _history(turn, envs: list[str], answer: str) -> list[dict[str, str]]:
     messages = [{"role": "user", "content": turn.query}]
     for call in turn.calls:
         messages.append(
             {"role": "assistant", "content": f"<tool_call>\n{dumps(_call_json(call, envs))}\n</tool_call>"}
         )
         messages.append({"role": "tool", "content": _result_text(call)})
-    messages.append({"role": "assistant", "content": turn.answer or "Done."})
+    messages.append({"role": "assistant", "content": answer})
     return messages
 
 
 def rl_rows(
     trajectory: Trajectory, manifests: dict[str, Manifest], start_index: int = 0, split: str = "train"
 ) -> list[dict[str, Any]]:
-    """verl rows, one per turn: the prompt is the conversation so far and the turn's query."""
+    """verl rows, one per turn: the prompt is the conversation so far and the turn's query.
+
+    The ground truth is ``{"calls", "facts", "answer"}``: the turn's oracle calls with their results,
+    what a read-only turn's answer must state, and the oracle's answer.
+    """
     envs = [e.name for e in trajectory.envs]
     tools = tool_specs(trajectory, manifests)
     rows = []
     history: list[dict[str, str]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    answers = turn_answers(trajectory)
     for k, (turn, before) in enumerate(zip(trajectory.turns, _states_before(trajectory), strict=True)):
-        ground_truth = [
-            {**_call_json(c, envs), "masked_arguments": c.masked, "env": c.env, "tool": c.tool}
+        facts, answer = answers[k]
+        calls = [
+            {
+                **_call_json(c, envs),
+                "masked_arguments": c.masked,
+                "env": c.env,
+                "tool": c.tool,
+                "is_error": c.is_error,
+                "result": c.result,
+            }
             for c in turn.calls
         ]
+        ground_truth = {"calls": calls, "facts": facts, "answer": answer}
         before_hash = trajectory.initial_state_sha256 if k == 0 else trajectory.turns[k - 1].state_sha256
         rows.append(
             {
@@ -250,7 +286,7 @@ def rl_rows(
                 },
             }
         )
-        history += _history(turn, envs)
+        history += _history(turn, envs, answer)
     return rows
 
 

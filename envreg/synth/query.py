@@ -76,13 +76,16 @@ def template_query(graph: ToolGraph, calls: list[dict[str, Any]]) -> str:
     return text + "."
 
 
-def template_answer(calls: list[dict[str, Any]]) -> str:
-    """The assistant's closing message of a templated turn: what the last call gave."""
+def template_answer(calls: list[dict[str, Any]], facts: list[list[Any]] | None = None) -> str:
+    """The assistant's closing message of a templated turn: the facts it must state, what the last call gave."""
+    from envreg.reward.answer import render_facts
+
     last = calls[-1]
     result = json.dumps(last.get("result"), ensure_ascii=False, separators=(",", ":"))
     if len(result) > 300:
         result = result[:299] + "…"
-    return f"Done. {last['tool']} returned: {result}"
+    found = f" Here is what I found: {render_facts(facts)}." if facts else ""
+    return f"Done.{found} {last['tool']} returned: {result}"
 
 
 # -------------------------------------------------------------------------------------- QueryGen
