@@ -196,15 +196,40 @@ def test_rl_parquet_for_verl(exported) -> None:
         assert row["prompt"][-1] == {"role": "user", "content": turn.query}
         assert row["prompt"][0]["role"] == "system"
         truth = json.loads(row["reward_model"]["ground_truth"])
-        assert [(c["env"], c["tool"], c["arguments"], c["masked_arguments"]) for c in truth] == [
-            (c.env, c.tool, c.arguments, c.masked) for c in turn.calls
-        ]
+        assert [
+            (c["env"], c["tool"], c["arguments"], c["masked_arguments"], c["result"]) for c in truth["calls"]
+        ] == [(c.env, c.tool, c.arguments, c.masked, c.result) for c in turn.calls]
+        assert truth["facts"] == turn.facts and truth["answer"] == turn.answer
         before = t.initial_states if info["turn"] == 0 else t.turns[info["turn"] - 1].states
         assert json.loads(info["initial_states"]) == before
         assert json.loads(info["final_states"]) == turn.states
         assert json.loads(info["provenance"])["snapshot_ids"] == t.snapshot_ids
     loaded = datasets.load_dataset("parquet", data_files=str(written["rl"]), split="train")
     assert loaded.num_rows == len(rows) and loaded[0]["data_source"] == "envreg"
+
+
+def test_doing_nothing_earns_nothing_on_any_rl_row(exported) -> None:
+    """Issue 21: an empty answer scored 0.5 on every turn that changed no state (and malformed calls 0.4)."""
+    from envreg.reward.score import Scorer
+    from envreg.reward.truth import read_truth
+
+    _, written = exported
+    rows = pq.read_table(written["rl"]).to_pylist()
+    nothing = [
+        "",
+        "Sure, done!",
+        "I'm sorry, I can't help with that.",
+        '<tool_call>{"name": oops</tool_call>',
+    ]
+
+    async def scores():
+        async with Runtime() as rt:
+            scorer = Scorer(rt)
+            truths = [read_truth(r["reward_model"]["ground_truth"], r["extra_info"]) for r in rows]
+            return [[(await scorer.score(t, output)).reward for output in nothing] for t in truths]
+
+    worst = max(max(row) for row in anyio.run(scores))
+    assert worst <= 0.1, f"doing nothing scored {worst} on some row"
 
 
 # -------------------------------------------------------------------------------------------- CLI

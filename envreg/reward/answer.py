@@ -9,8 +9,10 @@ written with (``21.4`` for 21.37; an integer only as itself).
 `answer_facts` derives them from the last successful call of a read-only turn (the one whose result
 answers the user), by rule:
 
-- a scalar result: itself;
-- an object: its name-like field (``name``, ``title``, ...) and its first number that is not an id;
+- a scalar result: itself (a string of at most 80 characters; booleans and longer text are not facts);
+- an object with one field: that field's value, by these rules (``{"matches": [...]}``);
+- an object: its name-like field (``name``, ``title``, ...) and its first number that is not an id,
+  or else its first short string that is not an id;
 - a list: the names of its first three items (or its first three scalars), else how many there are;
   an empty list: that nothing was found.
 
@@ -31,6 +33,7 @@ Fact = list[str | int | float]
 NAME_KEYS = ("name", "full_name", "title", "display_name", "subject", "label", "symbol", "city", "status")
 NOTHING = ["nothing", "no", "none", "not any", "empty", "0", "zero", "couldn't find", "could not find"]
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+MAX_TEXT = 80  # longer strings are content, not facts an answer repeats word for word
 MONTHS = [
     "January",
     "February",
@@ -73,15 +76,29 @@ def _alternatives(key: str, value: Any) -> Fact:
     return list(dict.fromkeys(forms))
 
 
+def _short(value: Any) -> bool:
+    """A scalar an answer can be expected to repeat as it is (not a paragraph)."""
+    if isinstance(value, bool) or value is None:
+        return False
+    return isinstance(value, int | float) or (isinstance(value, str) and 0 < len(value.strip()) <= MAX_TEXT)
+
+
+def _name_key(item: dict[str, Any]) -> str | None:
+    return next((k for k in NAME_KEYS if isinstance(item.get(k), str) and _short(item[k])), None)
+
+
 def value_facts(value: Any, key: str = "") -> list[Fact]:
     """The facts of one result value (the rules of the module docstring)."""
-    if value is None or isinstance(value, bool):
-        return []
-    if isinstance(value, str | int | float):
-        return [_alternatives(key, value)] if str(value).strip() else []
+    if isinstance(value, dict) and len(value) == 1:
+        ((key, value),) = (
+            value.items()
+        )  # {"matches": [...]}, {"user_id": "USR002"}: the one field is the answer
+        return value_facts(value, key)
+    if not isinstance(value, dict | list):
+        return [_alternatives(key, value)] if _short(value) else []
     if isinstance(value, dict):
         facts: list[Fact] = []
-        name = next((k for k in NAME_KEYS if isinstance(value.get(k), str) and value[k].strip()), None)
+        name = _name_key(value)
         if name is not None:
             facts.append(_alternatives(name, value[name]))
         number = next(
@@ -94,25 +111,28 @@ def value_facts(value: Any, key: str = "") -> list[Fact]:
         )
         if number is not None:
             facts.append(_alternatives(number, value[number]))
+        if not facts:
+            text = next(
+                (k for k, v in value.items() if isinstance(v, str) and _short(v) and not _is_id(k)), None
+            )
+            facts += [_alternatives(text, value[text])] if text is not None else []
         return facts
-    if isinstance(value, list):
-        if not value:
-            return [list(NOTHING)]
-        named = [
-            _alternatives(k, item[k])
-            for item in value[:3]
-            if isinstance(item, dict)
-            for k in [next((k for k in NAME_KEYS if isinstance(item.get(k), str) and item[k].strip()), None)]
-            if k is not None
-        ]
-        if named:
-            return named
-        scalars = [v for v in value[:3] if isinstance(v, str | int | float) and not isinstance(v, bool)]
-        if scalars:
-            return [_alternatives(key, v) for v in scalars]
-        count = len(value)
-        return [[count, NUMBER_WORDS[count]] if count < len(NUMBER_WORDS) else [count]]
-    return []
+    if not value:
+        return [list(NOTHING)]
+    named = [
+        _alternatives(k, item[k])
+        for item in value[:3]
+        if isinstance(item, dict)
+        for k in [_name_key(item)]
+        if k
+    ]
+    if named:
+        return named
+    scalars = [v for v in value[:3] if _short(v)]
+    if scalars:
+        return [_alternatives(key, v) for v in scalars]
+    count = len(value)
+    return [[count, NUMBER_WORDS[count]] if count < len(NUMBER_WORDS) else [count]]
 
 
 def answer_facts(results: Sequence[Any]) -> list[Fact]:

@@ -7,7 +7,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from envreg.canonical import canonical_json
 from envreg.env.scenario import strip_volatile
 
 
@@ -108,20 +107,27 @@ def json_equal(a: Any, b: Any) -> bool:
     return isinstance(a, int | float) and isinstance(b, int | float) and a == b
 
 
-def entities(state: dict[str, Any]) -> dict[str, str]:
+def entities(state: dict[str, Any]) -> dict[str, Any]:
     """A state as entities: each item of a collection (an object of objects, or a list of objects
-    with an ``id``) is one entity; any other top-level field is one entity. Values are canonical JSON."""
-    out: dict[str, str] = {}
+    with an ``id``) is one entity; any other top-level field is one entity."""
+    out: dict[str, Any] = {}
     for key, value in state.items():
         if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
             for item_key, item in value.items():
-                out[f"{key}.{item_key}"] = canonical_json(item)
+                out[f"{key}.{item_key}"] = item
         elif isinstance(value, list) and value and all(isinstance(v, dict) and "id" in v for v in value):
             for item in value:
-                out[f"{key}[{item['id']}]"] = canonical_json(item)
+                out[f"{key}[{item['id']}]"] = item
         else:
-            out[key] = canonical_json(value)
+            out[key] = value
     return out
+
+
+_ABSENT = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (a is not _ABSENT and b is not _ABSENT and json_equal(a, b))
 
 
 def entity_score(
@@ -129,11 +135,16 @@ def entity_score(
 ) -> tuple[float, list[str]]:
     """Partial credit: the share of entities that the oracle or the prediction changed which end as
     the oracle's. Returns the score and the entities that differ (1.0 and none when the states are equal)."""
-    before, want, have = (entities(strip_volatile(s, volatile)) for s in (initial, expected, got))
+    if volatile:
+        initial, expected, got = (strip_volatile(s, volatile) for s in (initial, expected, got))
+    before, want, have = entities(initial), entities(expected), entities(got)
     relevant = sorted(
-        k for k in want.keys() | have.keys() if want.get(k) != before.get(k) or have.get(k) != before.get(k)
+        k
+        for k in want.keys() | have.keys()
+        if not _same(want.get(k, _ABSENT), before.get(k, _ABSENT))
+        or not _same(have.get(k, _ABSENT), before.get(k, _ABSENT))
     )
-    wrong = [k for k in relevant if want.get(k) != have.get(k)]
+    wrong = [k for k in relevant if not _same(want.get(k, _ABSENT), have.get(k, _ABSENT))]
     if not relevant:
         return 1.0, []
     return 1 - len(wrong) / len(relevant), wrong

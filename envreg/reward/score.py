@@ -276,10 +276,10 @@ class Scorer:
             else:
                 sandboxes = {env: await self._acquire(env, unit, augment=False) for env in unit.envs}
                 try:
-                    results = []
+                    results, required = [], {id(c) for c in unit.required}
                     for call in unit.calls:
                         outcome = await sandboxes[call.env].call_tool(call.tool, call.arguments)
-                        if not call.is_error:
+                        if id(call) in required:
                             results.append(outcome.text if outcome.is_error else outcome.value)
                 finally:
                     for env, sb in sandboxes.items():
@@ -450,9 +450,12 @@ class Scorer:
         r_response = r_answer = 1.0
         missing: list[Fact] = []
         if read_only and required:
-            obtained = sum(1 for expected in results if _obtained(expected, outcomes))
+            obtained = sum(
+                1 for c, expected in zip(required, results, strict=True) if _obtained(c, expected, outcomes)
+            )
             r_response = obtained / len(required)
-        facts = unit_facts(truth.facts, results, read_only and bool(required))
+        found = [r for c, r in zip(required, results, strict=False) if not c.is_error]
+        facts = unit_facts(truth.facts, found, read_only and bool(found))
         if facts and opts.check_answer:
             text = with_facts(parsed.text, facts) if oracle else parsed.text  # the oracle states its facts
             missing = missing_facts(facts, text)
@@ -520,7 +523,10 @@ def _denoised(result: ToolResult, noise: list[str]) -> ToolResult:
     return ToolResult(value=without_fields(result.value, noise))
 
 
-def _obtained(expected: Any, outcomes: list[ToolResult | None]) -> bool:
+def _obtained(call: TruthCall, expected: Any, outcomes: list[ToolResult | None]) -> bool:
+    """Whether some replayed call answered what the oracle's `call` answered (its error, for a failed one)."""
+    if call.is_error:
+        return any(o is not None and o.is_error and o.text == expected for o in outcomes)
     return any(
         o is not None and not o.is_error and result_obtained(expected, o.value, o.rendered) for o in outcomes
     )

@@ -22,7 +22,8 @@ from envreg.synth.records import Trajectory
 
 
 class TruthCall(BaseModel):
-    """One oracle call; `masked` arguments are ignored by trace matching, `is_error` calls are not required.
+    """One oracle call; `masked` arguments are ignored by trace matching, `is_error` calls are not
+    required (unless every call of the unit failed).
 
     `result` is what the call answered when the record was made (read-only turns check that the
     prediction obtained it); a truth without it has it computed by replaying the oracle's calls.
@@ -130,7 +131,9 @@ class GroundTruth(BaseModel):
 
     @property
     def required(self) -> list[TruthCall]:
-        return [c for c in self.calls if not c.is_error]
+        """The calls a prediction must make: the oracle's successful ones; where every call failed (a
+        request the environment refuses), its attempts, since trying is how the user learns why."""
+        return [c for c in self.calls if not c.is_error] or list(self.calls)
 
     @property
     def read_only(self) -> bool:
