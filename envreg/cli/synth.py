@@ -183,6 +183,13 @@ def run_cmd(
     model: ModelOpt = None,
     api_key_env: KeyEnvOpt = "OPENAI_API_KEY",
     k: Annotated[int, typer.Option("-k", help="Solving attempts per chain with an LLM (pass@k).")] = 3,
+    round_size: Annotated[
+        int, typer.Option(min=1, help="With an LLM: chains per round; accepted ones seed the next rounds.")
+    ] = 8,
+    seed_pool: Annotated[
+        int,
+        typer.Option(min=0, help="With an LLM: most accepted requests kept as examples for later rounds."),
+    ] = 16,
 ) -> None:
     """Sample chains, execute them in sandboxes, write the trajectories and their exports."""
     import anyio
@@ -228,6 +235,8 @@ def run_cmd(
                 initial=initial,
                 llm=llm,
                 k=k,
+                round_size=round_size,
+                seed_pool=seed_pool,
             )
             with Progress(
                 TextColumn("[bold]synth"),
@@ -283,6 +292,11 @@ def run_cmd(
         table.add_row(f"  skipped: {reason}", str(count))
     for reason, count in synth.failures.most_common(3):
         table.add_row(f"  failed call: {reason[:70]}", str(count))
+    if llm is not None:
+        from envreg.synth.verify import LEVELS
+
+        for level in LEVELS:
+            table.add_row(f"  solved turns rejected: {level}", str(result.rejections[level]))
     if result.llm_stats:
         for key, value in result.llm_stats.items():
             table.add_row(f"  llm {key}", str(value))

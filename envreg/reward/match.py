@@ -35,6 +35,17 @@ def values_match(expected: Any, got: Any, rel_tol: float, abs_tol: float) -> boo
     return expected == got
 
 
+def normalized_arguments(environment: Any, tool: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
+    """Arguments as the tool of `environment` itself reads them (defaults filled, values in JSON form);
+    as written when they are invalid; None when the environment has no such tool."""
+    if environment is None or tool not in environment.tools:
+        return None
+    try:
+        return environment.tools[tool].arguments_model.model_validate(arguments).model_dump(mode="json")
+    except Exception:  # invalid arguments: compare them as written
+        return arguments
+
+
 def arguments_match(
     expected: dict[str, Any], got: dict[str, Any], masked: Sequence[str], rel_tol: float, abs_tol: float
 ) -> bool:

@@ -38,7 +38,14 @@ from envreg.env import Environment, EnvironmentNotFound, UnknownToolError, load_
 from envreg.env.augment import Augmentation
 from envreg.env.tool import ToolResult
 from envreg.reward.answer import Fact, missing_facts, unit_facts, with_facts
-from envreg.reward.match import arguments_match, entity_score, json_equal, max_matching, result_obtained
+from envreg.reward.match import (
+    arguments_match,
+    entity_score,
+    json_equal,
+    max_matching,
+    normalized_arguments,
+    result_obtained,
+)
 from envreg.reward.parse import ParsedOutput, PredictedCall, parse_output, split_qualified
 from envreg.reward.truth import GroundTruth, TruthCall, read_truth
 from envreg.runtime import Runtime, Sandbox
@@ -392,13 +399,9 @@ class Scorer:
                 self._code[env] = source if isinstance(source, Environment) else load_environment(source)
             except (EnvironmentNotFound, OSError):
                 self._code[env] = None
-        environment = self._code[env]
-        if environment is not None and tool in environment.tools:
-            try:
-                model = environment.tools[tool].arguments_model
-                return model.model_validate(arguments).model_dump(mode="json")
-            except Exception:  # invalid arguments: compare them as written
-                return arguments
+        normalized = normalized_arguments(self._code[env], tool, arguments)
+        if normalized is not None:
+            return normalized
         defaults = {
             k: p["default"]
             for k, p in self._tools[env].get(tool, {}).get("inputSchema", {}).get("properties", {}).items()

@@ -127,10 +127,14 @@ def _check_list(key: str, n: int):
 
 
 async def generate_queries(
-    llm, turns: list[list[dict[str, Any]]], rng: random.Random
+    llm, turns: list[list[dict[str, Any]]], rng: random.Random, examples: list[dict[str, Any]] | None = None
 ) -> dict[str, Any] | None:
-    """Run the four QueryGen stages; returns {"queries", "scenario", "subgoals", "refinements"} or None."""
+    """Run the four QueryGen stages; returns {"queries", "scenario", "subgoals", "refinements"} or None.
+
+    `examples` (from the seed pool, `envreg.synth.seeds`) are shown to the articulation stage.
+    """
     from envreg.synth.llm import chat_json
+    from envreg.synth.seeds import SeedPool
 
     described = _describe_turns(turns)
     n = len(turns)
@@ -155,7 +159,7 @@ async def generate_queries(
     articulated = await chat_json(
         llm,
         SYSTEM,
-        f"Scenario: {scenario['scenario']}\nSubgoals: {json.dumps(subgoals['subgoals'])}\nExecuted calls:\n{described}\n\n"
+        f"{SeedPool.describe(examples or [])}Scenario: {scenario['scenario']}\nSubgoals: {json.dumps(subgoals['subgoals'])}\nExecuted calls:\n{described}\n\n"
         "For each turn write the user's request: natural, first person, giving every value the user "
         "must provide (names, dates, amounts), never internal ids. "
         f'JSON: {{"queries": [{n} strings]}}',
