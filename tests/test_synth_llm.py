@@ -95,6 +95,11 @@ def test_pass_at_k_keeps_only_traces_that_reach_the_oracle(tmp_path) -> None:
             for i, r in enumerate(roles)
         )
         assert roles[:3] == ["human", "gpt", "human"], "question, simulated user's answer"
+    for line in written["messages"].read_text().splitlines():
+        messages = json.loads(line)["messages"]
+        arguments = [c["function"]["arguments"] for m in messages for c in m.get("tool_calls") or ()]
+        assert arguments and all("oops" not in a for a in arguments), "malformed calls are not targets"
+        assert [m["role"] for m in messages[1:4]] == ["user", "assistant", "user"], "simulated user's answer"
 
 
 def test_a_read_only_turn_the_model_skipped_is_never_kept() -> None:

@@ -180,6 +180,76 @@ def test_sft_sharegpt(exported) -> None:
     assert loaded.num_rows == len(trajectories) and "conversations" in loaded.column_names
 
 
+def test_openai_messages(exported) -> None:
+    from envreg.reward.answer import missing_facts
+
+    trajectories, written = exported
+    records = [json.loads(line) for line in written["messages"].read_text().splitlines()]
+    assert len(records) == len(trajectories)
+    for record, t in zip(records, trajectories, strict=True):
+        messages, envs = record["messages"], [e.name for e in t.envs]
+        assert messages[0]["role"] == "system" and messages[1] == {
+            "role": "user",
+            "content": t.turns[0].query,
+        }
+        issued, calls = set(), []
+        for m in messages:
+            for c in m.get("tool_calls") or ():
+                assert m["role"] == "assistant" and c["type"] == "function"
+                issued.add(c["id"])
+                calls.append(
+                    (
+                        *split_function_name(c["function"]["name"], envs),
+                        json.loads(c["function"]["arguments"]),
+                    )
+                )
+            if m["role"] == "tool":
+                assert m["tool_call_id"] in issued, "every result answers a call made before it"
+        assert calls == [(c.env, c.tool, c.arguments) for c in t.calls]
+        answers = [m["content"] for m in messages if m["role"] == "assistant" and not m.get("tool_calls")]
+        assert len(answers) == len(t.turns)
+        for answer, turn in zip(answers, t.turns, strict=True):
+            assert not missing_facts(turn.facts or [], answer), (
+                "a read-only turn's answer states what was found"
+            )
+        names = {tool["function"]["name"] for tool in record["tools"]}
+        assert {c["function"]["name"] for m in messages for c in m.get("tool_calls") or ()} <= names
+        assert record["envreg"]["trajectory_id"] == t.id
+
+
+def test_hugging_face_datasets(exported) -> None:
+    import datasets
+
+    trajectories, written = exported
+    dataset = datasets.load_from_disk(str(written["hf"]))
+    assert isinstance(dataset, datasets.DatasetDict) and set(dataset) == {"train", "test"}
+    assert sum(split.num_rows for split in dataset.values()) == len(trajectories)
+    features = dataset["train"].features
+    call = features["messages"].feature["tool_calls"].feature
+    assert call["function"]["arguments"] == datasets.Value("string"), (
+        "arguments as JSON text, as OpenAI sends them"
+    )
+    assert features["tools"] == datasets.Value("string") and features["envs"] == datasets.List(
+        datasets.Value("string")
+    )
+    by_id = {t.id: t for t in trajectories}
+    plain = {
+        json.loads(line)["envreg"]["trajectory_id"]: json.loads(line)
+        for line in written["messages"].read_text().splitlines()
+    }
+    for row in dataset["train"]:
+        t = by_id[row["id"]]
+        assert [m["role"] for m in row["messages"]] == [m["role"] for m in plain[t.id]["messages"]]
+        assert json.loads(row["tools"]) == plain[t.id]["tools"]
+        assert json.loads(row["provenance"])["snapshot_ids"] == t.snapshot_ids
+    from envreg.synth.export import hf_dataset
+
+    again = hf_dataset(trajectories, manifests_by_name(), test_fraction=0.5)
+    assert again["test"].num_rows > 0 and [r["id"] for r in again["test"]] == [
+        r["id"] for r in hf_dataset(trajectories, manifests_by_name(), test_fraction=0.5)["test"]
+    ], "a record's split follows from its id"
+
+
 def test_rl_parquet_for_verl(exported) -> None:
     import datasets
 
@@ -245,8 +315,10 @@ def test_cli_run_replay_export(tmp_path, monkeypatch) -> None:
         "graph.json",
         "trajectories.jsonl",
         "sft.json",
+        "messages.jsonl",
         "rl.parquet",
         "envfactory",
+        "hf",
     }
     replayed = runner.invoke(app, ["synth", "replay", str(out / "trajectories.jsonl")])
     assert replayed.exit_code == 0 and "6 match, 0 differ" in replayed.output

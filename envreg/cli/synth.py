@@ -166,8 +166,13 @@ def run_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("synth-out"),
     fmt: Annotated[
         list[str] | None,
-        typer.Option("--format", help="trajectories, envfactory, sft, rl (repeatable; default all)."),
+        typer.Option(
+            "--format", help="trajectories, envfactory, sft, messages, rl, hf (repeatable; default all)."
+        ),
     ] = None,
+    test_fraction: Annotated[
+        float, typer.Option(min=0, max=1, help="Share of the trajectories in the hf export's test split.")
+    ] = 0.1,
     graph_path: Annotated[
         Path | None, typer.Option("--graph", help="A graph from `envreg synth graph` (built when omitted).")
     ] = None,
@@ -270,7 +275,7 @@ def run_cmd(
         ) from None
     trajectories = result.trajectories
     try:
-        written = export(trajectories, out, {m.name: m for m in loaded}, formats)
+        written = export(trajectories, out, {m.name: m for m in loaded}, formats, test_fraction)
     except ExportError as exc:
         raise _fail(str(exc)) from None
     calls = sum(len(t.calls) for t in trajectories)
@@ -314,11 +319,16 @@ def export_cmd(
     trajectories: Annotated[Path, typer.Argument(help="A trajectories.jsonl from `envreg synth run`.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("synth-export"),
     fmt: Annotated[
-        list[str] | None, typer.Option("--format", help="envfactory, sft, rl, trajectories (repeatable).")
+        list[str] | None,
+        typer.Option("--format", help="envfactory, sft, messages, rl, hf, trajectories (repeatable)."),
     ] = None,
     manifests: ManifestsOpt = Path("manifests"),
+    test_fraction: Annotated[
+        float, typer.Option(min=0, max=1, help="Share of the trajectories in the hf export's test split.")
+    ] = 0.1,
 ) -> None:
-    """Export existing trajectory records to EnvFactory, SFT (LLaMA-Factory) and RL (verl) formats."""
+    """Export trajectory records: EnvFactory, SFT (LLaMA-Factory sharegpt, OpenAI messages), RL (verl),
+    Hugging Face datasets."""
     from envreg.synth.export import FORMATS, export, read_trajectories
     from envreg.synth.graph import load_manifests
 
@@ -326,7 +336,11 @@ def export_cmd(
         records = read_trajectories(trajectories)
         loaded = load_manifests(manifests, sorted({e.name for t in records for e in t.envs}))
         written = export(
-            records, out, {m.name: m for m in loaded}, fmt or [f for f in FORMATS if f != "trajectories"]
+            records,
+            out,
+            {m.name: m for m in loaded},
+            fmt or [f for f in FORMATS if f != "trajectories"],
+            test_fraction,
         )
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
