@@ -20,7 +20,7 @@ from envreg.synth.export import export, read_trajectories
 from envreg.synth.records import Trajectory, split_function_name
 from envreg.synth.replay import replay
 from envreg.synth.sample import Binding, Step
-from envreg.synth.values import ArgumentFiller, coerce, extract, fits, records
+from envreg.synth.values import SAME_ID, ArgumentFiller, coerce, extract, fits, records
 
 runner = CliRunner()
 N = 24
@@ -70,6 +70,30 @@ def test_state_values_come_from_one_record() -> None:
         assert (arguments["origin"], arguments["destination"], arguments["date"]) in flights
         assert masked == []
     assert "flights.*" in records(state) and "users.*.payment_methods.*" in records(state)
+
+
+def test_two_ids_of_one_call_are_never_the_same() -> None:
+    """Issue 21: bank/transfer got the same account twice (the run's most frequent refusal)."""
+    graph = catalog_graph()
+    opened = Step("bank/open_account", {})
+    listed = Step("bank/list_accounts", {})
+    source = "bank/open_account:out:account.id"
+    transfer = Step(
+        "bank/transfer",
+        {
+            "bank/transfer:in:from_account_id": Binding("step", 1, source),
+            "bank/transfer:in:to_account_id": Binding("step", 1, source),
+            "bank/transfer:in:amount_cents": Binding("user"),
+        },
+    )
+    new_account = {"account": {"id": "acc_0009", "currency": "EUR"}}
+    accounts = [{"id": "acc_0001"}, {"id": "acc_0009"}]
+    for seed in range(20):
+        filler = ArgumentFiller(graph, {"bank": {}}, random.Random(seed), [listed, opened, transfer])
+        arguments, _ = filler.fill(transfer, {0: accounts, 1: new_account})
+        assert {arguments["from_account_id"], arguments["to_account_id"]} == {"acc_0001", "acc_0009"}
+    alone = ArgumentFiller(graph, {"bank": {}}, random.Random(0), [listed, opened, transfer])
+    assert alone.fill(transfer, {1: new_account}) is None and alone.problem == SAME_ID, "no second account"
 
 
 # ---------------------------------------------------------------------------------- trajectories

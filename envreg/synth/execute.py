@@ -204,7 +204,7 @@ class Synthesizer:
     async def _execute(
         self, chain: Chain, sandboxes: dict[str, Any], states: dict[str, dict[str, Any]], rng: random.Random
     ) -> tuple[list[Turn], int] | str:
-        filler = ArgumentFiller(self.graph, states, rng)
+        filler = ArgumentFiller(self.graph, states, rng, chain.steps)
         sizes: list[int] = []
         while sum(sizes) < len(chain.steps):
             sizes.append(rng.randint(1, self.max_turn_calls))
@@ -237,7 +237,7 @@ class Synthesizer:
         for _ in range(self.retries):
             filled = filler.fill(step, results)
             if filled is None:
-                self.failures[f"{step.tool}: a required input had no value"] += 1
+                self.failures[f"{step.tool}: {filler.problem or 'a required input had no value'}"] += 1
                 return None
             arguments, masked = filled
             result = await sandbox.call_tool(step.name, arguments)
