@@ -60,14 +60,39 @@ def _build(
         loaded = load_manifests(manifests, envs)
     except (FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    with console.status(f"embedding the parameters of {len(loaded)} environments ({embedding_model})"):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]graph"),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    ) as progress:
+        task = progress.add_task(f"embedding the parameters of {len(loaded)} environments", total=None)
+
+        def embedded(done: int, total: int) -> None:
+            if not total:
+                progress.update(task, completed=1, total=1, description="embeddings from the cache")
+                return
+            progress.update(task, completed=done, total=total)
+            if done == total:
+                progress.update(task, description="embedded; scoring pairs, making edges")
+
         graph = build_graph(
             loaded,
             make_embedder(embedding_model, base_url=embeddings_url),
             threshold=threshold,
             llm=llm,
             refine=refine,
+            progress=embedded,
         )
+    timings = graph.timings
+    err.print(
+        f"graph built: embedding {timings['embedding']:.1f}s ({embedding_model}), "
+        f"pairs and edges {timings['edges']:.1f}s"
+    )
     return loaded, graph
 
 
