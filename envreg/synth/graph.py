@@ -37,6 +37,7 @@ from envreg.synth.params import (
     id_prefix,
     input_params,
     is_id,
+    kind_linkable,
     linkable,
     masked,
     output_params,
@@ -266,19 +267,64 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def similarity_matrix(
-    outs: Sequence[Param], ins: Sequence[Param], embedder, progress: Callable[[int, int], None] | None = None
+    outs: Sequence[Param],
+    ins: Sequence[Param],
+    embedder,
+    progress: Callable[[int, int], None] | None = None,
+    floors: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``0.6 * cos(name) + 0.4 * cos(description)`` for every (output, input) pair, rounded to 4 places."""
+    """``0.6 * cos(name) + 0.4 * cos(description)`` for every (output, input) pair, rounded to 4 places.
+
+    With `floors` (one per pair; ``inf`` for a pair that can never be an edge) the descriptions are
+    embedded only for the parameters of pairs whose name half can still reach their floor (a cosine
+    is at most 1, so ``similarity <= 0.6 * cos(name) + 0.4``); every other pair is -1. Pairs that can
+    reach their floor get exactly the similarity they would get without it.
+    """
     if not outs or not ins:
         return np.zeros((len(outs), len(ins)))
-    texts = [p.name_text() for p in (*outs, *ins)] + [p.description_text() for p in (*outs, *ins)]
-    vectors = embedder.encode(texts, progress=progress) if progress else embedder.encode(texts)
-    n = len(outs) + len(ins)
-    names, descriptions = vectors[:n], vectors[n:]
-    sim = NAME_WEIGHT * _cosine(names[: len(outs)], names[len(outs) :]) + DESCRIPTION_WEIGHT * _cosine(
-        descriptions[: len(outs)], descriptions[len(outs) :]
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return embedder.encode(texts, progress=progress) if progress else embedder.encode(texts)
+
+    names = encode([p.name_text() for p in (*outs, *ins)])
+    name_sim = _cosine(names[: len(outs)], names[len(outs) :]).astype(np.float64)
+    if floors is None:
+        reach = np.ones(name_sim.shape, dtype=bool)
+    else:
+        reach = NAME_WEIGHT * name_sim + DESCRIPTION_WEIGHT >= floors - 1e-6
+    rows, columns = np.flatnonzero(reach.any(axis=1)), np.flatnonzero(reach.any(axis=0))
+    described = encode(
+        [outs[i].description_text() for i in rows] + [ins[j].description_text() for j in columns]
     )
-    return np.round(sim.astype(np.float64), 4)
+    sim = np.full(name_sim.shape, -1.0)
+    if len(rows) and len(columns):
+        block = np.ix_(rows, columns)
+        sim[block] = NAME_WEIGHT * name_sim[block] + DESCRIPTION_WEIGHT * _cosine(
+            described[: len(rows)], described[len(rows) :]
+        ).astype(np.float64)
+    sim[~reach] = -1.0
+    return np.round(sim, 4)
+
+
+def pair_floors(outs: Sequence[Param], ins: Sequence[Param], within: float, across: float) -> np.ndarray:
+    """Per (output, input) pair, the similarity it must reach to be an edge; ``inf`` where the hard rules
+    of `compatible` already rule it out (types, id-ness, ids across environments, value kinds)."""
+    out_env, in_env = np.array([p.env for p in outs]), np.array([p.env for p in ins])
+    same = out_env[:, None] == in_env[None, :]
+    out_type, in_type = np.array([p.type for p in outs]), np.array([p.type for p in ins])
+    types = (out_type[:, None] == in_type[None, :]) | (
+        (out_type == "integer")[:, None] & (in_type == "number")[None, :]
+    )
+    out_id, in_id = np.array([is_id(p) for p in outs]), np.array([classify(p) == "id" for p in ins])
+    ids = out_id[:, None] == in_id[None, :]
+    kinds = sorted({value_kind(p) for p in (*outs, *ins)})
+    index = {k: n for n, k in enumerate(kinds)}
+    links = np.array([[kind_linkable(a, b) for b in kinds] for a in kinds], dtype=bool)
+    out_kind = np.array([index[value_kind(p)] for p in outs])
+    in_kind = np.array([index[value_kind(p)] for p in ins])
+    across_ok = links[out_kind[:, None], in_kind[None, :]] & ~out_id[:, None]
+    possible = types & ids & (same | across_ok)
+    return np.where(possible, np.where(same, within, across), np.inf)
 
 
 def env_of_key(param_key: str) -> str:
@@ -327,10 +373,12 @@ def build_graph(
                 g.add_edge(tid, param.key, rel="output")
                 outs.append(param)
     started = time.perf_counter()
-    sim = similarity_matrix(outs, ins, embedder, progress)
+    within = min(threshold, REFINE_FLOOR) if refine else threshold
+    floors = pair_floors(outs, ins, within, cross_threshold)
+    sim = similarity_matrix(outs, ins, embedder, progress, floors)
     embedded = time.perf_counter()
     candidates: dict[str, list[tuple[Param, float]]] = {}
-    for i, j in np.argwhere(sim >= min(REFINE_FLOOR, cross_threshold)):
+    for i, j in np.argwhere(sim >= np.minimum(floors, REFINE_FLOOR)):
         out, inp = outs[i], ins[j]
         if compatible(out, inp):
             candidates.setdefault(inp.key, []).append((out, float(sim[i, j])))

@@ -424,10 +424,14 @@ def value_kind(param: Param) -> str:
     return "local"
 
 
+def kind_linkable(out_kind: str, in_kind: str) -> bool:
+    """Whether values of `out_kind` in one environment may feed `in_kind` in another: the same shared
+    value kind, or the days of a booking into any day."""
+    if out_kind == "date.booked":
+        return in_kind in ("date.day", "date.booked")
+    return out_kind == in_kind and out_kind in SHARED_KINDS
+
+
 def linkable(out: Param, inp: Param) -> bool:
-    """Whether an output of one environment may feed an input of another: the same shared value kind,
-    or the days of a booking into any day."""
-    a, b = value_kind(out), value_kind(inp)
-    if a == "date.booked":
-        return b in ("date.day", "date.booked")
-    return a == b and a in SHARED_KINDS
+    """Whether an output of one environment may feed an input of another (`kind_linkable`)."""
+    return kind_linkable(value_kind(out), value_kind(inp))
