@@ -83,47 +83,9 @@ def executed_trajectory(env_name: str, scenario_name: str | None = None, seed: i
 def stepwise_trajectory(env_name: str, scenario_name: str, seed: int = 0) -> Trajectory:
     """A scenario executed on the local tier as a record with one turn per step (each turn's state,
     results and facts kept), as synthesis records them: its RL export has one row per step."""
-    env = load_environment(env_name)
-    scenarios, _ = load_scenarios(env.folder)
-    scenario = next(s for s in scenarios if s.name == scenario_name)
-    initial = scenario.initial_state or env.initial_state().to_json()
-    instance = env.instance(initial)
-    turns = []
-    for step in scenario.steps:
-        before = instance.state.to_json()
-        result = instance.call_tool(step.tool, step.arguments)
-        call = ExecutedCall(
-            env=env.name,
-            tool=step.tool,
-            arguments=step.arguments,
-            result=result.error if result.is_error else result.value,
-            is_error=result.is_error,
-        )
-        after = instance.state.to_json()
-        read_only = states_equal(before, after, env.volatile)
-        facts = answer_facts([call.result]) if read_only and not call.is_error else []
-        turns.append(
-            Turn(
-                query=f"Step {len(turns)} of {scenario.name}: {step.tool}",
-                calls=[call],
-                state_sha256={env.name: instance.state.sha256()},
-                states={env.name: after},
-                answer=f"Done. {render_facts(facts)}".strip(),
-                facts=facts,
-            )
-        )
-    return Trajectory(
-        id=f"traj_{env.name}_{scenario.name}",
-        seed=seed,
-        query_source="template",
-        envs=[EnvRef(name=env.name, version=env.version, manifest_digest=build_manifest(env).digest)],
-        initial_states={env.name: initial},
-        initial_state_sha256={env.name: env.parse_state(initial).sha256()},
-        turns=turns,
-        final_states={env.name: instance.state.to_json()},
-        final_state_sha256={env.name: instance.state.sha256()},
-        volatile={env.name: list(env.volatile)},
-    )
+    from envreg.synth.scenarios import scenario_record
+
+    return scenario_record(env_name, scenario_name, seed)
 
 
 def as_tool_call_tags(calls: list[dict[str, Any]], qualify: str = "", answer: str = "") -> str:

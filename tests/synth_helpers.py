@@ -62,7 +62,7 @@ class ScriptedModel:
             return text("I'm sorry, but I can't help with that request.")
         if body.get("tools"):
             return self.solve(messages)
-        if messages[0]["content"].startswith("You review one turn"):
+        if messages[0]["content"].startswith("You review conversations"):
             self.judged.append(messages[1]["content"])
             return text(json.dumps({"ok": self.judge_ok, "reason": "scripted verdict"}))
         if messages[0]["content"].startswith("You are simulating a user"):

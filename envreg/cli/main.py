@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from envreg.cli import adapters as adapters_cmd
+from envreg.cli import augment as augment_cmd
 from envreg.cli import build as build_cmd
 from envreg.cli import catalog as catalog_cmd
 from envreg.cli import episode as episode_cmd
@@ -26,6 +27,7 @@ app = typer.Typer(
 )
 
 adapters_cmd.register(app)
+augment_cmd.register(app)
 build_cmd.register(app)
 catalog_cmd.register(app)
 episode_cmd.register(app)

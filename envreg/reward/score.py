@@ -17,6 +17,8 @@ A unit (a turn, or a whole record scored at once) scores
   most 1). A retry after an injected error is not counted.
 - `P_format`: the share of call attempts that could not be read.
 
+A unit that expects no call (a request to ask about or decline) is scored by its outcome alone.
+
 Gates (the unit scores 0): ``no_calls`` (calls were expected and none could be read: empty, prose,
 refusals, malformed calls), ``forbidden_tool`` (a tool the task forbids), ``write_in_read_only_turn``
 (a writing tool the oracle did not use, where only reads were asked), ``no_answer`` (no call was
@@ -218,7 +220,11 @@ class Scorer:
                 sandboxes[env] = await self._acquire(env, truth)
             labelled: dict[str, int] = defaultdict(int)  # per environment, augmentation labels consumed
             before = truth.initial_states
-            for unit, prediction in zip(units, parsed, strict=True):
+            for k, (unit, prediction) in enumerate(zip(units, parsed, strict=True)):
+                if k:  # each turn is an augmentation session of its own (as its RL row's rollouts are)
+                    for env, augmentation in truth.augmentation.items():
+                        await sandboxes[env].augment(augmentation)
+                        labelled[env] = 0
                 calls, resolved, outcomes = await self._replay(unit, prediction.calls, sandboxes, labelled)
                 got = {env: await sb.state() for env, sb in sandboxes.items()}
                 states = [self._state_report(env, unit, got[env], before[env], opts) for env in truth.envs]
@@ -469,7 +475,8 @@ class Scorer:
         p_format = len(parsed.malformed) / parsed.attempts if parsed.attempts else 0.0
         gate = self._gate(truth, parsed, calls)
         outcome = r_state * r_response * r_answer
-        raw = opts.alpha * r_traj + (1 - opts.alpha) * outcome - opts.gamma * p_length - opts.beta * p_format
+        alpha = opts.alpha if required else 0.0  # nothing to match: the outcome (state and answer) is all
+        raw = alpha * r_traj + (1 - alpha) * outcome - opts.gamma * p_length - opts.beta * p_format
         by_status: dict[str, int] = defaultdict(int)
         for c in calls:
             by_status[c.status] += 1

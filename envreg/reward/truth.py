@@ -132,8 +132,14 @@ class GroundTruth(BaseModel):
     @property
     def required(self) -> list[TruthCall]:
         """The calls a prediction must make: the oracle's successful ones; where every call failed (a
-        request the environment refuses), its attempts, since trying is how the user learns why."""
-        return [c for c in self.calls if not c.is_error] or list(self.calls)
+        request the environment refuses), its distinct attempts, since trying is how the user learns why."""
+        succeeded = [c for c in self.calls if not c.is_error]
+        if succeeded:
+            return succeeded
+        distinct: dict[str, TruthCall] = {}
+        for call in self.calls:  # the last attempt of each: what the environment finally answered
+            distinct[canonical_json([call.env, call.tool, call.arguments])] = call
+        return list(distinct.values())
 
     @property
     def read_only(self) -> bool:
@@ -182,15 +188,15 @@ class GroundTruth(BaseModel):
         return self._units
 
 
-VERL_STATE_KEYS = ("envs", "initial_states", "final_states", "final_state_sha256", "volatile")
+VERL_STATE_KEYS = ("envs", "initial_states", "final_states", "final_state_sha256", "volatile", "augmentation")
 
 
 def read_truth(value: Any, extra_info: dict[str, Any] | None = None) -> GroundTruth:
     """A `GroundTruth` from a `Trajectory`, a record or ground-truth dict, or its JSON text.
 
-    The RL export's layout is read too: `value` the list of oracle calls (JSON text) and the states
-    in `extra_info` (``envs``, ``initial_states``, ``final_states``, ``final_state_sha256``,
-    ``volatile``, each a JSON text or value). Raises `ValueError` saying what is wrong. JSON text is
+    The RL export's layout is read too: `value` the oracle's calls (JSON text) and the states in
+    `extra_info` (``envs``, ``initial_states``, ``final_states``, ``final_state_sha256``,
+    ``volatile``, ``augmentation``, each a JSON text or value). Raises `ValueError` saying what is wrong. JSON text is
     parsed once and cached, so that a trainer sending the same ground truth for a group of rollouts
     pays for it once.
     """

@@ -67,7 +67,8 @@ def write_trajectories(path: Path | str, trajectories: Iterable[Trajectory]) -> 
 
 # ----------------------------------------------------------------------------------------- tools
 def tool_specs(trajectory: Trajectory, manifests: dict[str, Manifest]) -> list[dict[str, Any]]:
-    """The OpenAI function tools of a trajectory's environments (names as `function_name` gives)."""
+    """The OpenAI function tools of a trajectory's environments (names as `function_name` gives), with
+    the decoys of a distractor augmentation (``meta.augmentation``) listed as its rollouts list them."""
     names = [e.name for e in trajectory.envs]
     tools = []
     for ref in trajectory.envs:
@@ -81,14 +82,17 @@ def tool_specs(trajectory: Trajectory, manifests: dict[str, Manifest]) -> list[d
                 f"{trajectory.id} was made with {ref.name} {ref.manifest_digest[:19]}, but the manifest is "
                 f"{manifest.digest[:19]}: export with the manifests it was made with"
             )
-        for spec in manifest.tools:
+        listed = [(spec.name, spec.description, spec.input_schema) for spec in manifest.tools]
+        decoys = (trajectory.meta.get("augmentation") or {}).get(ref.name, {}).get("distractors", [])
+        listed += [(d["name"], d.get("description", ""), d["inputSchema"]) for d in decoys]
+        for name, description, schema in listed:
             tools.append(
                 {
                     "type": "function",
                     "function": {
-                        "name": function_name(ref.name, spec.name, names),
-                        "description": spec.description,
-                        "parameters": spec.input_schema,
+                        "name": function_name(ref.name, name, names),
+                        "description": description,
+                        "parameters": schema,
                     },
                 }
             )
@@ -96,6 +100,9 @@ def tool_specs(trajectory: Trajectory, manifests: dict[str, Manifest]) -> list[d
 
 
 def _result_text(call) -> str:
+    """What the agent saw of a call's result: the augmented text when there is one, else the result."""
+    if call.observation is not None:
+        return call.observation
     return dumps(call.result) if not isinstance(call.result, str) else call.result
 
 
@@ -407,6 +414,7 @@ def rl_rows(
                     "initial_state_sha256": dumps(before_hash),
                     "final_state_sha256": dumps(turn.state_sha256),
                     "volatile": dumps(trajectory.volatile),
+                    "augmentation": dumps(trajectory.meta.get("augmentation") or {}),
                     "provenance": dumps(trajectory.provenance()),
                 },
             }
@@ -451,7 +459,15 @@ def export(
         (out / "messages.jsonl").write_text("".join(line + "\n" for line in lines))
         written["messages"] = out / "messages.jsonl"
     if "hf" in formats:
-        hf_dataset(trajectories, manifests, test_fraction).save_to_disk(str(out / "hf"))
+        import datasets
+
+        bars = datasets.is_progress_bar_enabled()
+        datasets.disable_progress_bars()
+        try:
+            hf_dataset(trajectories, manifests, test_fraction).save_to_disk(str(out / "hf"))
+        finally:
+            if bars:
+                datasets.enable_progress_bars()
         written["hf"] = out / "hf"
     if "rl" in formats:
         import pyarrow as pa

@@ -41,9 +41,17 @@ def _value_text(value: Any) -> str:
 def template_request(graph: ToolGraph, env: str, tool: str, arguments: dict[str, Any]) -> str:
     """One call as a plain request: the tool's purpose and the values a user would say."""
     node_id = tool_id(env, tool)
+    inputs = [graph.node(param) for param in graph.inputs(node_id)]
+    return describe_request(tool, graph.node(node_id)["description"], inputs, arguments)
+
+
+def describe_request(
+    tool: str, description: str, inputs: list[dict[str, Any]], arguments: dict[str, Any]
+) -> str:
+    """The request for one call of `tool` (its `description`), from its input parameters (each with
+    ``path``, ``name``, ``user_providable``): the values a user says, the rest referred to."""
     details, references = [], []
-    for param in graph.inputs(node_id):
-        node = graph.node(param)
+    for node in inputs:
         top = node["path"][0]
         if top not in arguments:
             continue
@@ -58,7 +66,7 @@ def template_request(graph: ToolGraph, env: str, tool: str, arguments: dict[str,
         else:
             what = humanize(re.sub(r"_ids?$", "", node["name"])) or "item"
             references.append(f"the {what} from before")
-    text = _first_sentence(graph.node(node_id)["description"]) or humanize(tool)
+    text = _first_sentence(description) or humanize(tool)
     parts = []
     if references:
         parts.append("for " + " and ".join(dict.fromkeys(references)))

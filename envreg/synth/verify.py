@@ -32,8 +32,8 @@ from envreg.synth.records import ExecutedCall, Trajectory, Turn
 LEVELS = ("format", "execution", "state", "coverage", "judge")
 INVALID_CALL = "Invalid tool call"
 JUDGE_SYSTEM = (
-    "You review one turn of a conversation between a user and a tool-using assistant, for a training "
-    'dataset. Answer with JSON only: {"ok": true or false, "reason": "<one sentence>"}.'
+    "You review conversations between a user and a tool-using assistant, for a training dataset. "
+    'Answer with JSON only: {"ok": true or false, "reason": "<one sentence>"}.'
 )
 JUDGE_QUESTIONS = {
     "erroneous_output": (
@@ -147,26 +147,32 @@ def judged_kind(turn: Turn, label: dict[str, Any] | None) -> tuple[str, str] | N
     return None
 
 
-async def judge(llm, kind: str, query: str, messages: list[dict[str, Any]], label: str = "") -> str | None:
-    """Ask the LLM whether the turn handled `kind` well; the reason it did not, or None when it did.
-
-    A model that gives no verdict rejects the turn (nothing unverified is kept).
-    """
+async def ask_judge(llm, prompt: str) -> tuple[bool, str] | None:
+    """The LLM's verdict on `prompt` (``{"ok": bool, "reason": str}``), or None when it gives none."""
     from envreg.synth.llm import chat_json
 
     def check(value: Any) -> None:
         if not isinstance(value, dict) or not isinstance(value.get("ok"), bool):
             raise ValueError('expected {"ok": true|false, "reason": "..."}')
 
+    verdict = await chat_json(llm, JUDGE_SYSTEM, prompt, check)
+    return None if verdict is None else (verdict["ok"], str(verdict.get("reason") or ""))
+
+
+async def judge(llm, kind: str, query: str, messages: list[dict[str, Any]], label: str = "") -> str | None:
+    """Ask the LLM whether the turn handled `kind` well; the reason it did not, or None when it did.
+
+    A model that gives no verdict rejects the turn (nothing unverified is kept).
+    """
     transcript = "\n".join(
         f"{m['role']}: {m.get('content') or json.dumps(m.get('tool_calls'), ensure_ascii=False)}"[:600]
         for m in messages
     )
     question = JUDGE_QUESTIONS[kind].format(label=label)
-    verdict = await chat_json(llm, JUDGE_SYSTEM, f"User: {query}\n{transcript}\n\n{question}", check)
+    verdict = await ask_judge(llm, f"User: {query}\n{transcript}\n\n{question}")
     if verdict is None:
         return "the judge gave no verdict"
-    return None if verdict["ok"] else f"the judge: {verdict.get('reason') or 'not handled well'}"
+    return None if verdict[0] else f"the judge: {verdict[1] or 'not handled well'}"
 
 
 async def verify_turns(
