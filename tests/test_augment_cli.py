@@ -1,5 +1,5 @@
 """`envreg augment`: every COVERT family applied to scenarios and records, each variant verified; the
-LLM families through the OpenAI-compatible stand-in (tests/llm_standin.py)."""
+LLM families through the OpenAI-compatible stand-in (envreg.standin)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import re
 import anyio
 import pyarrow.parquet as pq
 import pytest
-from llm_standin import StandInLLM, text
 from reward_helpers import as_tool_call_tags
 from synth_helpers import manifests_by_name
 from typer.testing import CliRunner
@@ -20,6 +19,7 @@ from envreg.reward.augment import augmentation_for, load_catalog, rank_distracto
 from envreg.reward.score import Scorer
 from envreg.reward.truth import read_truth
 from envreg.runtime import Runtime
+from envreg.standin import StandInLLM, text
 from envreg.synth.augment import AugmentOptions, augment_records
 from envreg.synth.export import export
 from envreg.synth.llm import LLMConfig

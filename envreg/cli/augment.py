@@ -9,20 +9,16 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from envreg.cli.synth import KeyEnvOpt, LLMUrlOpt, ManifestsOpt, ModelOpt, _llm
+from envreg.cli.output import err, fail
+from envreg.cli.synth import KeyEnvOpt, LLMUrlOpt, ManifestsOpt, ModelOpt, _llm, _manifests
 
 console = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(message: str, hint: str | None = None, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(message)}")
-    if hint:
-        err.print(f"[dim]hint:[/] {escape(hint)}")
-    return typer.Exit(code)
+    return fail(message, hint, code)
 
 
 def augment(
@@ -70,7 +66,7 @@ def augment(
     isolation: Annotated[
         str, typer.Option(help="Where variants are verified: local, instance or container.")
     ] = "local",
-    manifests: ManifestsOpt = Path("manifests"),
+    manifests: ManifestsOpt = None,
     llm_base_url: LLMUrlOpt = None,
     model: ModelOpt = None,
     api_key_env: KeyEnvOpt = "OPENAI_API_KEY",
@@ -111,11 +107,11 @@ def augment(
             inputs += read_trajectories(records)
         for env in scenarios or []:
             inputs += scenario_records(env, seed)
-        catalog = load_catalog(manifests)
+        catalog = load_catalog(_manifests(manifests))
     except (OSError, ExportError, LookupError) as exc:
         raise _fail(str(exc), "check the file and the environment names (`envreg catalog`)", 1) from None
     if "distractors" in families and not catalog:
-        raise _fail(f"no manifests in {manifests}/ to draw decoys from", "pass --manifests DIR", 1)
+        raise _fail(f"no manifests in {_manifests(manifests)}/ to draw decoys from", "pass --manifests DIR", 1)
     options = AugmentOptions(
         seed=seed, distractors=distractors, overlap=overlap, formats=chosen, noise=noise, errors=errors,  # type: ignore[arg-type]
         indirection=indirection, catalog=catalog, embed=embed,  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ from typing import Any
 
 Fact = list[str | int | float]
 NAME_KEYS = ("name", "full_name", "title", "display_name", "subject", "label", "symbol", "city", "status")
-NOTHING = ["nothing", "no", "none", "not any", "empty", "0", "zero", "couldn't find", "could not find"]
+NOTHING = ["nothing", "no", "none", "not any", "empty", "0", "zero", "couldn't find", "could not find", "[]"]
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 MAX_TEXT = 80  # longer strings are content, not facts an answer repeats word for word
 MONTHS = [
