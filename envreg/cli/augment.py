@@ -111,7 +111,9 @@ def augment(
     except (OSError, ExportError, LookupError) as exc:
         raise _fail(str(exc), "check the file and the environment names (`envreg catalog`)", 1) from None
     if "distractors" in families and not catalog:
-        raise _fail(f"no manifests in {_manifests(manifests)}/ to draw decoys from", "pass --manifests DIR", 1)
+        raise _fail(
+            f"no manifests in {_manifests(manifests)}/ to draw decoys from", "pass --manifests DIR", 1
+        )
     options = AugmentOptions(
         seed=seed, distractors=distractors, overlap=overlap, formats=chosen, noise=noise, errors=errors,  # type: ignore[arg-type]
         indirection=indirection, catalog=catalog, embed=embed,  # type: ignore[arg-type]

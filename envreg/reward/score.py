@@ -366,8 +366,8 @@ class Scorer:
                     reports[index].write = False
                     resolved[index] = None
                     outcomes[index] = None
-                elif label.get("noise") and outcomes[index] is not None:
-                    outcomes[index] = _denoised(outcomes[index], label["noise"])
+                elif label.get("noise") and (outcome := outcomes[index]) is not None:
+                    outcomes[index] = _denoised(outcome, label["noise"])
         return reports, resolved, outcomes
 
     # states ---------------------------------------------------------------------------------------
@@ -547,19 +547,20 @@ def _breakdown(truth: GroundTruth, scores: list[TurnScore]) -> RewardBreakdown:
     if len(scores) == 1:
         return RewardBreakdown(**dict(scores[0]), turns=scores)
     n = len(scores)
-    mean = {k: _round(sum(getattr(s, k) for s in scores) / n) for k in MEANS}
-    total = {k: sum(getattr(s, k) for s in scores) for k in SUMS}
-    return RewardBreakdown(
-        id=truth.id,
-        **mean,
-        **total,
-        read_only=all(s.read_only for s in scores),
-        states=scores[-1].states,
-        calls=[c for s in scores for c in s.calls],
-        missing=[f"turn {k}: {m}" for k, s in enumerate(scores) for m in s.missing],
-        missing_facts=[f for s in scores for f in s.missing_facts],
-        problems=[p for s in scores for p in s.problems],
-        turns=scores,
+    fields: dict[str, Any] = {k: _round(sum(getattr(s, k) for s in scores) / n) for k in MEANS}
+    fields |= {k: sum(getattr(s, k) for s in scores) for k in SUMS}
+    return RewardBreakdown.model_validate(
+        {
+            **fields,
+            "id": truth.id,
+            "read_only": all(s.read_only for s in scores),
+            "states": scores[-1].states,
+            "calls": [c for s in scores for c in s.calls],
+            "missing": [f"turn {k}: {m}" for k, s in enumerate(scores) for m in s.missing],
+            "missing_facts": [f for s in scores for f in s.missing_facts],
+            "problems": [p for s in scores for p in s.problems],
+            "turns": scores,
+        }
     )
 
 

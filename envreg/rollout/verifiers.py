@@ -83,8 +83,9 @@ def completion_answer(completion: Any) -> str:
     """The completion's closing words: its last assistant message without tool calls."""
     for message in reversed(list(completion or [])):
         get = message.get if isinstance(message, dict) else lambda key, m=message: getattr(m, key, None)
-        if get("role") == "assistant" and not get("tool_calls") and isinstance(get("content"), str):
-            return get("content")
+        content = get("content")
+        if get("role") == "assistant" and not get("tool_calls") and isinstance(content, str):
+            return content
     return ""
 
 
