@@ -349,6 +349,7 @@ def run_cmd(
                 "calls": calls,
                 "seconds": round(seconds, 2),
                 "skipped": dict(result.skipped),
+                "rejected_turns": dict(result.rejections) if llm is not None else None,
                 "written": {name: str(path) for name, path in written.items()},
             }
         )
