@@ -339,5 +339,24 @@ def _print_bake(p: Any, envs: list[Any]) -> None:
         raise typer.Exit(proc.returncode)
 
 
+def one_at_a_time(fn: Any) -> Any:
+    """`fn` under an exclusive lock on the checkout's `.cache/bake.lock`: every build stages into the same
+    `.cache/bake` (two at once, two test workers or two EnvGen runs, would write each other's bake variables)."""
+    import fcntl
+    import functools
+
+    @functools.wraps(fn)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        from envreg.images import paths
+
+        cache = paths().cache
+        cache.mkdir(parents=True, exist_ok=True)
+        with open(cache / "bake.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return fn(*args, **kwargs)
+
+    return locked
+
+
 def register(app: typer.Typer) -> None:
-    app.command("build")(build)
+    app.command("build")(one_at_a_time(build))

@@ -79,6 +79,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "adapters": ("adapters", "Foreign environments served through envreg."),
     "import": ("importers", "Import environments written for other frameworks."),
+    "scenario": ("scenario", "Validation scenarios: record their calls' results and final states."),
+    "envgen": (
+        "envgen",
+        "EnvGen: environments from API metadata, every revision built and validated in containers.",
+    ),
     "eval": (
         "eval",
         "Play every task `--trials` times with the model; print pass@1, pass^k and mean reward by environment and domain.",

@@ -18,10 +18,18 @@ class Step(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tool: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    expect: Any = Field(default=None, description="The exact JSON result (omit to not check it).")
-    expect_error: str | None = Field(default=None, description="A substring of the expected error message.")
+    tool: str = Field(description="The tool's name.")
+    arguments: dict[str, Any] = Field(
+        default_factory=dict, description="The call's arguments, as the agent would send them."
+    )
+    expect: Any = Field(
+        default=None,
+        description="The exact JSON result (omit to not check it; `envreg scenario record` writes it).",
+    )
+    expect_error: str | None = Field(
+        default=None,
+        description="The call must fail with an error message containing this ('' records the whole message).",
+    )
 
 
 class Scenario(BaseModel):
@@ -29,13 +37,20 @@ class Scenario(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    description: str = ""
+    name: str = Field(description="The scenario's name (its file is scenarios/<name>.json).")
+    description: str = Field(default="", description="What the scenario exercises, for a reviewer.")
     initial_state: dict[str, Any] | None = Field(
-        default=None, description="Omit to start from the seed state."
+        default=None,
+        description="The state the calls start from (omit: the seed state). Ids follow state.new_id: "
+        "id_counters[prefix] is the number of the last id handed out, so a state holding evt_0007 has "
+        "id_counters.evt >= 7.",
     )
-    steps: list[Step]
-    final_state: dict[str, Any] | None = None
+    steps: list[Step] = Field(description="The calls, in order.")
+    final_state: dict[str, Any] | None = Field(
+        default=None,
+        description="The whole state after the last call (canonical equality, volatile paths ignored); "
+        "`envreg scenario record` writes it.",
+    )
 
 
 class RejectedState(BaseModel):
@@ -43,9 +58,9 @@ class RejectedState(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    description: str = ""
-    state: dict[str, Any]
+    name: str = Field(description="The case's name (its file is scenarios/rejected/<name>.json).")
+    description: str = Field(default="", description="What is wrong with the state, for a reviewer.")
+    state: dict[str, Any] = Field(description="The whole state that must be refused.")
     error: str = Field(description="A substring of the validation error it must give.")
 
 

@@ -7,7 +7,8 @@ envreg eval --base-url http://127.0.0.1:8000/v1 --model standin --env calendar
 
 In Python, ``with StandInLLM(policy) as llm:`` serves any policy (a callable from the request body to
 an assistant message: `text(...)`, `tool_calls(...)`); `Scripted(tasks, script)` is the policy that
-plays tasks (see `envreg.standin.scripts`).
+plays tasks (see `envreg.standin.scripts`); `envreg.standin.envgen.EnvGenScript(defects)` answers `envreg
+envgen` (environments from metadata, each class of defect and its fix: ``--script envgen --defects ...``).
 """
 
 from envreg.standin.scripts import SCRIPTS, Scripted

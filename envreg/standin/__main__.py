@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from envreg.standin.envgen import DEFECTS, EnvGenScript
 from envreg.standin.scripts import SCRIPTS, Scripted
-from envreg.standin.server import StandInLLM
+from envreg.standin.server import Policy, StandInLLM
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,7 +17,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--env", action="append", default=[], help="Play this environment's scenarios.")
     parser.add_argument("--tasks", action="append", default=[], help="Play the tasks (or records) in FILE.")
-    parser.add_argument("--script", choices=SCRIPTS, default="oracle", help="How to answer (default oracle).")
+    parser.add_argument(
+        "--script",
+        choices=(*SCRIPTS, "envgen"),
+        default="oracle",
+        help="How to answer (default oracle); envgen: answer `envreg envgen` (see envreg.standin.envgen).",
+    )
+    parser.add_argument(
+        "--defects",
+        default="",
+        help="With --script envgen: the defects of the first drafts, in order, each fixed once a report names it "
+        f"(comma-separated: {', '.join(DEFECTS)}).",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="Address to bind (default 127.0.0.1).")
     parser.add_argument("--port", type=int, default=8000, help="Port (0: any free one; default 8000).")
     parser.add_argument("--latency", type=float, default=0.0, help="Seconds before each answer (default 0).")
@@ -26,6 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     from envreg.errors import EnvregError
     from envreg.rollout.task import read_tasks, scenario_tasks
 
+    if args.script == "envgen":
+        try:
+            policy = EnvGenScript([d for d in args.defects.split(",") if d])
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return _serve(policy, args, "envgen")
     try:
         tasks = scenario_tasks(args.env) + [t for path in args.tasks for t in read_tasks(path)]
     except EnvregError as exc:
@@ -37,15 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         print("error: nothing to play", file=sys.stderr)
         print("hint: give --env NAME (its scenarios) or --tasks FILE", file=sys.stderr)
         return 2
+    return _serve(Scripted(tasks, args.script), args, f"{args.script}, {len(tasks)} tasks")
+
+
+def _serve(policy: Policy, args: argparse.Namespace, what: str) -> int:
     llm = StandInLLM(
-        Scripted(tasks, args.script),
-        args.model,
-        host=args.host,
-        port=args.port,
-        latency=args.latency,
-        keep_requests=False,
+        policy, args.model, host=args.host, port=args.port, latency=args.latency, keep_requests=False
     ).start()
-    print(f"stand-in model {args.model!r} ({args.script}, {len(tasks)} tasks) at {llm.base_url}", flush=True)
+    print(f"stand-in model {args.model!r} ({what}) at {llm.base_url}", flush=True)
     try:
         llm.thread.join()
     except KeyboardInterrupt:
