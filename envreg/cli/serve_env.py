@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from envreg.protocol import AGENT_PORT, CONTROL_PORT
+from envreg.protocol import AGENT_PORT, CONTROL_PORT, SESSION_IDLE_TIMEOUT
 
 
 def serve_env(
@@ -44,6 +44,23 @@ def serve_env(
             show_default=False,
         ),
     ] = None,
+    max_sessions: Annotated[
+        int | None,
+        typer.Option(
+            help="Open 2025-11-25 sessions kept at once (default: sized to the memory limit).",
+            show_default=False,
+        ),
+    ] = None,
+    max_sessions_per_instance: Annotated[
+        int | None,
+        typer.Option(
+            help="Open sessions kept per instance (default: an eighth of --max-sessions).", show_default=False
+        ),
+    ] = None,
+    session_idle_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a session with no request in flight and no open event stream is kept."),
+    ] = SESSION_IDLE_TIMEOUT,
 ) -> None:
     """Serve an environment over MCP streamable HTTP, with a token-protected control plane.
 
@@ -68,6 +85,9 @@ def serve_env(
             fast_path=fast_path,
             preload_sdk=preload_sdk,
             agent_token=agent_token or os.environ.get(ENV_AGENT_TOKEN) or None,
+            max_sessions=max_sessions,
+            max_sessions_per_instance=max_sessions_per_instance,
+            session_idle_timeout=session_idle_timeout,
         )
     )
 

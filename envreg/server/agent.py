@@ -9,6 +9,9 @@ from envreg.server.http import BodyTooLarge, bearer_matches, read_body, replay, 
 from envreg.server.instances import InstanceStore, instance_id_from_path
 from envreg.server.lean import HostCheck, LeanPath
 from envreg.server.sdk import LazySDK
+from envreg.server.sessions import SessionLimits
+
+_BLANK = (b" ", b"\t")
 
 
 class AgentPlane:
@@ -27,11 +30,18 @@ class AgentPlane:
         fast_path: bool = True,
         preload_sdk: bool = False,
         token: str | None = None,
+        sessions: SessionLimits | None = None,
     ) -> None:
         self.store = store
         self.token = token
         self.max_body = max_body
-        self.sdk = LazySDK(store, max_body, loopback, preload=preload_sdk or not fast_path)
+        self.sdk = LazySDK(
+            store,
+            max_body,
+            loopback,
+            sessions or SessionLimits.detect(),
+            preload=preload_sdk or not fast_path,
+        )
         self.lean = LeanPath(store, HostCheck() if loopback else None) if fast_path else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -40,6 +50,9 @@ class AgentPlane:
             return
         if scope["type"] != "http":
             return
+        if any(v[:1] in _BLANK or v[-1:] in _BLANK for _, v in scope["headers"]):
+            # values without surrounding whitespace, as RFC 9110 5.5 parses them (`Mcp-Name:  x ` is `x`)
+            scope = {**scope, "headers": [(k, v.strip(b" \t")) for k, v in scope["headers"]]}
         if self.token is not None and not bearer_matches(scope, self.token):
             await send_json(
                 send,

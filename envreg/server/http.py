@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
@@ -13,14 +14,15 @@ class BodyTooLarge(Exception):
     pass
 
 
-async def send_bytes(send: Send, status: int, body: bytes, content_type: bytes = b"application/json") -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode())],
-        }
-    )
+async def send_bytes(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: bytes = b"application/json",
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    start = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -74,3 +76,61 @@ def bearer_token(scope: Scope) -> bytes | None:
 def bearer_matches(scope: Scope, expected: str) -> bool:
     """Whether the request carries exactly the bearer token `expected` (compared in constant time)."""
     return hmac.compare_digest(bearer_token(scope) or b"", expected.encode())
+
+
+def jsonrpc_error(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """A JSON-RPC 2.0 error response (`rid` None when the request's id is unknown)."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": rid, "error": error}
+
+
+async def send_jsonrpc_error(
+    send: Send,
+    status: int,
+    rid: Any,
+    code: int,
+    message: str,
+    data: Any = None,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    body = json.dumps(jsonrpc_error(rid, code, message, data), separators=(",", ":")).encode()
+    await send_bytes(send, status, body, headers=headers)
+
+
+def jsonrpc_request(body: bytes) -> tuple[bool, Any]:
+    """Whether `body` is a JSON-RPC message (an object with "jsonrpc" or "method", or a batch), and the
+    id to answer it with (None when it has none)."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return False, None
+    if isinstance(message, list):
+        return True, None
+    if not isinstance(message, dict) or not ({"jsonrpc", "method"} & message.keys()):
+        return False, None
+    rid = message.get("id")
+    return True, rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+
+
+class KeepAlive:
+    """ASGI middleware: every answer says how long its connection stays open idle (``Keep-Alive:
+    timeout=N``, which Node's fetch and other clients follow); the server (uvicorn's
+    ``timeout_keep_alive``) closes it `envreg.protocol.KEEP_ALIVE_GRACE` seconds later than that."""
+
+    def __init__(self, app: Any, seconds: float) -> None:
+        self.app = app
+        self.header = (b"keep-alive", b"timeout=%d" % seconds)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def advertise(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, advertise)
