@@ -17,6 +17,15 @@ REFERENCE_ENVS = sorted(p.parent.name for p in (ROOT / "images").glob("*/env.py"
 
 from servers import EnvServerProcess  # noqa: E402
 
+# Scale tests carry `@pytest.mark.slow`: `scripts/test --full` (CI, ENVREG_TEST_FULL=1) runs them at full size,
+# the default `scripts/test` at the smaller size each names, `scripts/test --fast` not at all.
+FULL_SIZE = os.environ.get("ENVREG_TEST_FULL") == "1"
+
+
+def scaled(full: int, small: int) -> int:
+    """`full` under `scripts/test --full` (CI), else `small`."""
+    return full if FULL_SIZE else small
+
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -58,24 +67,38 @@ def docker_engine() -> None:
 
 @pytest.fixture(scope="session")
 def reference_images(docker_engine) -> dict[str, dict]:
-    """The reference environment images, built once per session (a no-op when they are current).
+    """The reference environment images of this checkout, built once per test run: `envreg build --json`'s
+    rows by name.
 
-    `--force`: the tests run this checkout's code, so its images replace whatever another checkout built
-    under the same envreg/<name>:<version> tags on a shared engine.
-    ENVREG_TEST_SKIP_BUILD=1 uses the images already in the engine, as they are.
+    `scripts/test` builds them before pytest starts and names its output in ENVREG_TEST_IMAGES; without it,
+    the first xdist worker to get here builds (`--force`: the tests run this checkout's code, so its images
+    replace whatever another checkout built under the same tags on a shared engine) while the others wait on
+    a file lock, then read its rows.
     """
+    import fcntl
     import json
     import subprocess
 
-    if os.environ.get("ENVREG_TEST_SKIP_BUILD"):
-        return {}
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "envreg.cli.main", "build", "--json", "--force", *REFERENCE_ENVS],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert proc.returncode == 0, f"envreg build failed:\n{proc.stdout}\n{proc.stderr}"
-    return {row["name"]: row for row in json.loads(proc.stdout)}
+    if given := os.environ.get("ENVREG_TEST_IMAGES"):
+        rows = json.loads(Path(given).read_text())
+        return {row["name"]: row for row in rows}
+    cache = ROOT / ".cache"
+    cache.mkdir(exist_ok=True)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    built = cache / f"test-images-{run}.json"
+    with open(cache / "test-images.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not built.is_file():
+            proc = subprocess.run(
+                [sys.executable, "-m", "envreg.cli.main", "build", "--json", "--force", *REFERENCE_ENVS],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
+            assert proc.returncode == 0, f"envreg build failed:\n{proc.stdout}\n{proc.stderr}"
+            for old in cache.glob("test-images-*.json"):
+                old.unlink()
+            built.write_text(proc.stdout)
+        rows = json.loads(built.read_text())
+    return {row["name"]: row for row in rows}

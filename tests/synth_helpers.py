@@ -8,12 +8,20 @@ import re
 from functools import cache
 from pathlib import Path
 
-from llm_standin import text, tool_calls
+import pytest
 
-from envreg.manifest import Manifest
-from envreg.synth.embed import make_embedder
-from envreg.synth.graph import ToolGraph, build_graph, load_manifests
-from envreg.synth.records import function_name
+# torch, sentence-transformers and networkx come with envreg's synth extra: `scripts/bootstrap` installs it
+# (CI), `scripts/bootstrap --light` does not, and every module that imports these helpers then skips
+SYNTH_EXTRA = "needs envreg's synth extra (torch, sentence-transformers, networkx): run scripts/bootstrap"
+for _module in ("numpy", "networkx", "sentence_transformers"):
+    pytest.importorskip(_module, reason=SYNTH_EXTRA)
+
+from llm_standin import text, tool_calls  # noqa: E402
+
+from envreg.manifest import Manifest  # noqa: E402
+from envreg.synth.embed import make_embedder  # noqa: E402
+from envreg.synth.graph import ToolGraph, build_graph, load_manifests  # noqa: E402
+from envreg.synth.records import function_name  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
