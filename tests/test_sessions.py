@@ -16,8 +16,6 @@ from mcp import MCPError
 from mcp_helpers import mcp_client
 from servers import modern_request
 
-from envreg.server.sessions import SESSION_BYTES, SessionLimits, memory_limit
-
 pytestmark = pytest.mark.anyio
 
 LEGACY = "2025-11-25"
@@ -50,6 +48,8 @@ def sessions(server) -> dict:
 
 
 def test_caps_are_sized_to_the_memory_limit(tmp_path: Path) -> None:
+    from envreg.server.sessions import SESSION_BYTES, SessionLimits, memory_limit
+
     mib = 1024 * 1024
     assert SESSION_BYTES == 48 * 1024
     limits = SessionLimits.for_memory(256 * mib)

@@ -17,6 +17,7 @@ without a session never carries the id of a session that was not kept.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections import Counter, OrderedDict
@@ -42,6 +43,7 @@ MAX_SESSIONS = 10_000
 """The most sessions per server (the SDK's own default), for a server with a lot of memory."""
 ENDED_KEPT = 4096
 """Ended sessions remembered, so that a client using one is told why it ended."""
+logger = logging.getLogger("envreg.server")
 
 INVALID_REQUEST = -32600
 INTERNAL_ERROR = -32603
@@ -447,7 +449,10 @@ class SessionGate:
             pass
 
         with anyio.CancelScope(shield=True):
-            await self.app(scope, receive, discard)
+            try:
+                await self.app(scope, receive, discard)
+            except Exception:  # the session is forgotten here all the same; the SDK's idle timer ends it
+                logger.exception("ending session %s", session_id)
 
 
 def _oldest_idle(sessions: OrderedDict[str, _Session], exclude: set[str] = frozenset()) -> _Session | None:  # type: ignore[assignment]
