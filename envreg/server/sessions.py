@@ -34,7 +34,7 @@ from envreg.server.http import BodyTooLarge, read_body, replay, send_bytes, send
 from envreg.server.instances import instance_id_from_path
 
 SESSION_BYTES = 48 * 1024
-"""Memory budgeted per open session: 37 KB measured (`bench/bench_sessions.py`), with headroom."""
+"""Memory budgeted per open session: 38.6 KiB measured in a container (`bench/bench_sessions.py`), and headroom."""
 MEMORY_SHARE = 4
 """Open sessions may take a quarter of the memory limit; the rest is the server's and its instances'."""
 PER_INSTANCE_SHARE = 8
