@@ -3,9 +3,9 @@
 | variable | meaning | default |
 | --- | --- | --- |
 | `ENVREG_HOME` | index, snapshots, daemon.json, caches | `~/.envreg` |
-| `ENVREG_IMAGES` | where environments are looked up by name | `./images` |
-| `ENVREG_ROOT` | the envreg checkout that `envreg build` builds from | found from the cwd |
-| `ENVREG_MANIFESTS` | where generated manifests are written | `<root>/manifests` |
+| `ENVREG_IMAGES` | where environments are looked up by name | `./images`, else the catalog's (`envreg.resources`) |
+| `ENVREG_ROOT` | the envreg checkout that `envreg build` builds from | found from the cwd, else the installed catalog |
+| `ENVREG_MANIFESTS` | the committed manifests (read by catalog, search, synth; written by build) | `./manifests`, else the catalog's |
 | `ENVREG_IMAGE_PREFIX` | repository prefix of the images `envreg build` tags (`<prefix>/<name>`, `<prefix>/base`) | `envreg/` |
 | `ENVREG_REGISTRY` | default OCI registry for push / pull / search | none |
 | `ENVREG_REGISTRY_USERNAME`, `ENVREG_REGISTRY_PASSWORD` | registry credentials | Docker's store |
@@ -16,6 +16,8 @@
 | `ENVREG_CACHE` | embedding cache of synthesis and distractor ranking | `$ENVREG_HOME/cache` |
 | `ENVREG_PROGRESS` | `1` forces progress bars even without a terminal | unset |
 | `ENVREG_STARTUP_TRACE` | `1` makes an environment server print where its start went | unset |
+| `ENVREG_DEBUG` | `1` lets the CLI show the traceback of an error instead of `error:` + `hint:` | unset |
+| `ENVREG_FOREIGN_CODE` | `allow` lets this process import foreign environment folders (set in sandboxes and environment images) | unset: refused |
 """
 
 from __future__ import annotations
@@ -36,8 +38,13 @@ def envreg_home() -> Path:
 
 
 def images_root() -> Path:
-    """Where environments are looked up by name: ``$ENVREG_IMAGES`` or ``./images``."""
-    return Path(_get("ENVREG_IMAGES") or "images")
+    """Where environments are looked up by name: ``$ENVREG_IMAGES``, else ``./images`` when it exists, else
+    the catalog's folder (the checkout's, or the copy the wheel carries)."""
+    if value := _get("ENVREG_IMAGES"):
+        return Path(value)
+    from envreg.resources import default_images
+
+    return default_images()
 
 
 def checkout_root() -> Path | None:
@@ -47,8 +54,18 @@ def checkout_root() -> Path | None:
 
 
 def manifests_dir() -> Path | None:
+    """``$ENVREG_MANIFESTS`` when set."""
     value = _get("ENVREG_MANIFESTS")
     return Path(value) if value else None
+
+
+def manifests_root() -> Path:
+    """The committed manifests: ``$ENVREG_MANIFESTS``, else ``./manifests`` when it exists, else the catalog's."""
+    if (value := manifests_dir()) is not None:
+        return value
+    from envreg.resources import default_manifests
+
+    return default_manifests()
 
 
 def image_prefix() -> str:
@@ -93,5 +110,14 @@ def startup_trace() -> bool:
     return bool(_get("ENVREG_STARTUP_TRACE"))
 
 
+def debug() -> bool:
+    return _get("ENVREG_DEBUG") == "1"
+
+
 def force_progress() -> bool:
     return _get("ENVREG_PROGRESS") == "1"
+
+
+def foreign_code_allowed() -> bool:
+    """Whether this process may import foreign environment folders: only in sandboxes and images, unless told."""
+    return _get("ENVREG_FOREIGN_CODE") == "allow"

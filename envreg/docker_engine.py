@@ -1,6 +1,6 @@
 """The Docker engine: the one place envreg makes a Docker client, checks the engine, and translates its errors.
 
-Clear errors that say how to fix it (`scripts/setup-docker`).
+Clear errors that say how to fix it: in a checkout, `scripts/setup-docker`; for a wheel install, what to install.
 """
 
 from __future__ import annotations
@@ -26,6 +26,15 @@ def _is_root() -> bool:
 
 
 def _fix_hint() -> str:
+    from envreg.resources import checkout_root
+
+    root = checkout_root()
+    if root is None or not (root / SETUP).is_file():
+        return (
+            "install Docker Engine with the buildx plugin (Debian/Ubuntu: `apt-get install docker.io "
+            "docker-buildx`), start it (`systemctl start docker`), and use an account that may use it "
+            "(root, or the docker group); or point DOCKER_HOST at an engine"
+        )
     if _is_root():
         return f"run `{SETUP}` (it installs and starts what is missing)"
     return f"run `sudo {SETUP}` (as root: it installs and starts what is missing), or use an account that may use Docker"
@@ -60,7 +69,7 @@ def engine_problem(*, buildx: bool = False, timeout: float = 20) -> str | None:
 def require_engine(*, buildx: bool = False) -> None:
     """Raise `EngineUnavailable` naming the fix when the engine (or buildx) cannot be used."""
     if problem := engine_problem(buildx=buildx):
-        raise EngineUnavailable(f"{problem}: {_fix_hint()}")
+        raise EngineUnavailable(problem, _fix_hint())
 
 
 def engine_available(*, buildx: bool = False) -> bool:
@@ -75,7 +84,7 @@ def docker_client(timeout: int = 60) -> Any:
         client = docker.from_env(timeout=timeout)
         client.ping()
     except docker.errors.DockerException as exc:
-        raise EngineUnavailable(f"the Docker engine is not usable ({exc}): {_fix_hint()}") from None
+        raise EngineUnavailable(f"the Docker engine is not usable ({exc})", _fix_hint()) from None
     return client
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx2
 
@@ -14,7 +14,16 @@ from envreg.env import Environment, Scenario, states_equal
 from envreg.env.scenario import CallOutcome, run_steps
 from envreg.protocol import MCP_SESSION_VERSION, MCP_VERSION
 from envreg.reward.score import RewardBreakdown, ScoreOptions
-from envreg.runtime import Sandbox
+
+
+class McpSandbox(Protocol):
+    """What an episode needs of a sandbox: its MCP URL, its token and its state (a runtime `Sandbox`, or
+    `envreg.server.local.LocalSandbox`)."""
+
+    mcp_url: str | None
+    token: str | None
+
+    async def state(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -68,7 +77,7 @@ async def score_episode(
 
 
 async def play(
-    sandbox: Sandbox,
+    sandbox: McpSandbox,
     scenario: Scenario,
     volatile: tuple[str, ...] = (),
     on_call: Callable[[str, dict[str, Any], CallOutcome], None] | None = None,

@@ -139,6 +139,12 @@ class VerificationError(EnvregError):
     status = 409
 
 
+class ForeignCode(EnvregError):
+    """Foreign code (an imported tool file) asked to run on the host: envreg runs it only in a container sandbox."""
+
+    status = 403
+
+
 class AuthError(EnvregError):
     """Missing or refused credentials."""
 
@@ -152,6 +158,7 @@ __all__ = [
     "EngineError",
     "EnvironmentNotFound",
     "EnvregError",
+    "ForeignCode",
     "ImageNotFound",
     "InvalidState",
     "LimitReached",

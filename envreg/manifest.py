@@ -12,7 +12,7 @@ from envreg.canonical import digest
 from envreg.env import Budgets, Environment, Limits, load_scenarios
 from envreg.env.schema import json_schema
 from envreg.protocol import AGENT_PORT, CONTROL_PORT
-from envreg.source import source_digest, source_hashes
+from envreg.source import source_digest, source_files, source_hashes
 
 MANIFEST_SCHEMA_VERSION = 2
 
@@ -152,12 +152,44 @@ def build_manifest(env: Environment) -> Manifest:
     return manifest
 
 
+def _folder_manifest(work: Path, payload: dict[str, Any]) -> dict[str, Any]:
+    """Inside a sandbox: the manifest of the environment folder `payload["folder"]` under `work`."""
+    from envreg.env import load_environment
+
+    return build_manifest(load_environment(work / payload["folder"])).to_json()
+
+
+def manifest_of(ref: str | Path) -> Manifest:
+    """The manifest of the environment at `ref` (a folder or a name), generated from its code: in this process,
+    or for a foreign folder (an imported tool file) in a container sandbox (`envreg.sandboxing`)."""
+    from envreg.env import load_environment
+    from envreg.env.loader import is_foreign, resolve_folder
+
+    folder = resolve_folder(ref)
+    if not is_foreign(folder):
+        return build_manifest(load_environment(folder))
+    from envreg.sandboxing import run_isolated
+
+    files = {f"{folder.name}/{rel}": path.read_bytes() for rel, path in source_files(folder).items()}
+    data = run_isolated(
+        "envreg.manifest:_folder_manifest",
+        {"folder": folder.name},
+        files=files,
+        what=f"the foreign environment {folder.name}",
+    )
+    manifest = Manifest.model_validate(data)
+    if manifest.source_files != source_hashes(folder):  # what the sandbox read is what is here
+        raise ValueError(f"{folder.name}: the sandbox saw other files than {folder} holds")
+    manifest.verify()
+    return manifest
+
+
 def manifest_path(name: str, out_dir: Path = Path("manifests")) -> Path:
     return out_dir / f"{name}.json"
 
 
-def check_manifest(env: Environment, out_dir: Path = Path("manifests")) -> str | None:
-    """None when the committed manifest is current, else why it is not."""
+def check_manifest(env: Environment | Manifest, out_dir: Path = Path("manifests")) -> str | None:
+    """None when the committed manifest is current, else why it is not (`env`: an environment, or its manifest)."""
     path = manifest_path(env.name, out_dir)
     if not path.is_file():
         return f"{path} is missing"
@@ -165,7 +197,7 @@ def check_manifest(env: Environment, out_dir: Path = Path("manifests")) -> str |
         committed = Manifest.loads(path.read_text())
     except ValueError as exc:
         return f"{path} is not a valid manifest: {exc}"
-    fresh = build_manifest(env)
+    fresh = env if isinstance(env, Manifest) else build_manifest(env)
     if committed.digests.manifest != fresh.digests.manifest or committed.dumps() != fresh.dumps():
         changed = [
             k
@@ -177,9 +209,12 @@ def check_manifest(env: Environment, out_dir: Path = Path("manifests")) -> str |
     return None
 
 
-def write_manifest(env: Environment, out_dir: Path = Path("manifests")) -> tuple[Path, Manifest, bool]:
-    """Write the manifest file; returns (path, manifest, whether the file changed)."""
-    manifest = build_manifest(env)
+def write_manifest(
+    env: Environment | Manifest, out_dir: Path = Path("manifests")
+) -> tuple[Path, Manifest, bool]:
+    """Write the manifest file (of an environment, or a manifest made already); returns (path, manifest,
+    whether the file changed)."""
+    manifest = env if isinstance(env, Manifest) else build_manifest(env)
     path = manifest_path(env.name, out_dir)
     text = manifest.dumps()
     changed = not path.is_file() or path.read_text() != text

@@ -72,9 +72,13 @@ TIERS: tuple[Isolation, ...] = ("local", "instance", "container")
 SHARED_TIERS = frozenset({"local", "instance"})
 """Tiers whose sandboxes are instances on a shared server; the others get a dedicated server each."""
 
+DEFAULT_GRACE = 30.0
+"""Seconds a runtime's keeper must have been gone before `envreg gc` removes what it left."""
+
 __all__ = [
     "AGENT_PORT",
     "CONTROL_PORT",
+    "DEFAULT_GRACE",
     "DEFAULT_INSTANCE",
     "GATEWAY_PREFIX",
     "MCP_SESSION_VERSION",
@@ -85,3 +89,8 @@ __all__ = [
     "agent_path",
     "gateway_path",
 ]
+
+#: a file in an environment folder that marks it as foreign code (an imported EnvFactory tool file): envreg
+#: imports such a folder only inside a container sandbox or its image, where ENVREG_FOREIGN_CODE=allow
+FOREIGN_MARKER = "foreign.json"
+ENV_FOREIGN_CODE = "ENVREG_FOREIGN_CODE"

@@ -27,8 +27,22 @@ def scaled(full: int, small: int) -> int:
     return full if FULL_SIZE else small
 
 
-@pytest.fixture
+def bfcl_entries(categories: tuple[str, ...] | None = None) -> list:
+    """BFCL's multi-turn entries: all 200 of each category under `--full`, else 40 evenly spread over each
+    (every 5th: short and long ones, every class)."""
+    from envreg.adapters import bfcl
+
+    per_category = scaled(200, 40)
+    out = []
+    for category in categories or bfcl.CATEGORIES:
+        entries = bfcl.load_entries([category])
+        out += entries[:: max(1, len(entries) // per_category)][:per_category]
+    return out
+
+
+@pytest.fixture(scope="session")
 def anyio_backend() -> str:
+    """Session-wide, so that module-scoped async fixtures (a `Runtime` shared by a module's tests) work."""
     return "asyncio"
 
 

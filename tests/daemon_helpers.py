@@ -33,7 +33,7 @@ class DaemonProcess:
         env.pop("ENVREG_DAEMON_URL", None)
         return env
 
-    def start(self, timeout: float = 30.0) -> DaemonProcess:
+    def start(self, timeout: float = 120.0) -> DaemonProcess:
         self.port = free_port()
         cmd = [sys.executable, "-m", "envreg.cli.main", "serve", "--port", str(self.port)]
         cmd += ["--token", self.token, *self.extra]

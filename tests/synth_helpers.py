@@ -16,9 +16,8 @@ SYNTH_EXTRA = "needs envreg's synth extra (torch, sentence-transformers, network
 for _module in ("numpy", "networkx", "sentence_transformers"):
     pytest.importorskip(_module, reason=SYNTH_EXTRA)
 
-from llm_standin import text, tool_calls  # noqa: E402
-
 from envreg.manifest import Manifest  # noqa: E402
+from envreg.standin import text, tool_calls  # noqa: E402
 from envreg.synth.embed import make_embedder  # noqa: E402
 from envreg.synth.graph import ToolGraph, build_graph, load_manifests  # noqa: E402
 from envreg.synth.records import function_name  # noqa: E402

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, scaled
 from mcp_helpers import caller, mcp_client
 
 from envreg.adapters import bfcl
@@ -31,6 +31,7 @@ def sample(per_category: int) -> list[bfcl.Entry]:
     return chosen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("isolation", "recycle"),
     [("container", 0), ("container", 4), ("instance", 0)],
@@ -41,10 +42,10 @@ async def test_bfcl_sample_replays_through_the_docker_tiers_and_agrees(
 ) -> None:
     """Recycled containers serve sandbox after sandbox (one per turn here): BFCL's module-level data,
     which some methods write, must not carry from one to the next."""
-    entries = sample(3)
+    entries = sample(scaled(3, 1))  # and every class at least once
     async with Runtime(recycle=recycle) as rt:
         report = await replay_all(rt, entries, isolation=isolation, restore_each_turn=True, concurrency=4)
-    assert len(report.results) == len(entries) >= 12
+    assert len(report.results) == len(entries) >= scaled(12, len(bfcl.CLASSES))
     assert report.disagreements == []
     assert all(r.envreg.valid for r in report.results)
     async with Runtime(recycle=recycle) as rt:

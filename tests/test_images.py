@@ -53,11 +53,22 @@ def test_committed_requirements_lock_covers_the_server_dependencies() -> None:
     locked = {
         w.name: w for w in parse_requirements_lock((ROOT / "images/base/requirements.lock").read_text())
     }
-    for req in server_requirements(ROOT / "pyproject.toml"):
-        name, _, rest = req.partition("==")
-        assert canonical_name(name) in locked, req
-        assert locked[canonical_name(name)].version == rest.split(";")[0].strip()
-    assert "docker" not in locked
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    host = {
+        canonical_name(m[1]): m[2]
+        for m in re.finditer(r"^([A-Za-z0-9][\w.-]*)==(\S+)", (ROOT / "requirements.lock").read_text(), re.M)
+    }
+    for req in map(Requirement, server_requirements(ROOT / "pyproject.toml")):
+        name = canonical_name(req.name)
+        assert name in locked, req
+        assert req.specifier.contains(Version(locked[name].version)), (
+            f"{req}: the image lock has {locked[name].version}"
+        )
+        assert locked[name].version == host[name], f"{name}: the image lock and requirements.lock disagree"
+    assert {"uvloop", "uvicorn", "mcp"} <= set(locked)
+    assert "docker" not in locked and "fastapi" not in locked
     assert all(len(h) == 64 for w in locked.values() for h in w.hashes)
 
 
@@ -105,7 +116,9 @@ def test_the_image_prefix_names_every_tag_the_build_makes(monkeypatch: pytest.Mo
         v = bake_vars([], lock=lock, epoch=0, version="0.1.0", revision="", source="", stage=Path("/s"))
         assert v["variable"]["PREFIX"]["default"] == "team/"
     bake = (ROOT / "docker-bake.hcl").read_text()
-    tags = [line for line in bake.splitlines() if "tags" in line or "BASE_IMAGE =" in line or ".title" in line]
+    tags = [
+        line for line in bake.splitlines() if "tags" in line or "BASE_IMAGE =" in line or ".title" in line
+    ]
     assert tags and all("envreg/" not in line for line in tags), tags
 
 

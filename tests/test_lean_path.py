@@ -8,7 +8,7 @@ import json
 import httpx2
 import pytest
 from conftest import COUNTER
-from servers import modern_request
+from servers import ANSWER_S, modern_request
 
 
 def variants() -> list:
@@ -85,7 +85,7 @@ def exchange(server, body, headers) -> tuple[int, str, object, str]:
     instance = server.new_instance()
     headers = dict(headers)
     headers.setdefault("host", f"127.0.0.1:{server.port}")
-    r = httpx2.post(server.mcp_url(instance), content=json.dumps(body), headers=headers)
+    r = httpx2.post(server.mcp_url(instance), content=json.dumps(body), headers=headers, timeout=ANSWER_S)
     try:
         decoded = r.json()
     except ValueError:

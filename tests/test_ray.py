@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # importing ray takes seconds: the fixture does it
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.anyio,
+    pytest.mark.xdist_group("ray"),  # one worker: Ray clusters of two workers on one host see each other
     pytest.mark.skipif(
         importlib.util.find_spec("ray") is None,
         reason="the Ray backend needs the `ray` extra: pip install -e '.[ray]' (scripts/bootstrap does)",

@@ -27,6 +27,8 @@ from envreg.config import image_prefix
 pytestmark = pytest.mark.docker
 
 PREFIX = f"envregtest{uuid.uuid4().hex[:6]}/"
+# the images `envreg build` made for the whole run (the tests here switch ENVREG_IMAGE_PREFIX to PREFIX)
+SHARED = image_prefix()
 TOKEN = "t-" + uuid.uuid4().hex[:8]
 ENVREG = [sys.executable, "-m", "envreg.cli.main"]
 ZERO = "sha256:" + "0" * 64
@@ -54,9 +56,9 @@ def engine():
     client = docker.from_env()
     for env in ("calendar", "airline"):
         try:
-            client.images.get(f"{image_prefix()}{env}:1.0.0")
+            client.images.get(f"{SHARED}{env}:1.0.0")
         except docker.errors.ImageNotFound:
-            pytest.skip(f"{image_prefix()}{env}:1.0.0 is not built (envreg build)")
+            pytest.skip(f"{SHARED}{env}:1.0.0 is not built (envreg build)")
     return client
 
 
@@ -82,9 +84,7 @@ def derived(engine):
 
     def make(env: str, tag: str | None = None, **labels: str) -> str:
         labels = {"io.envreg.test": uuid.uuid4().hex, **labels}
-        dockerfile = f"FROM {image_prefix()}{env}:1.0.0\n" + "".join(
-            f'LABEL {k}="{v}"\n' for k, v in labels.items()
-        )
+        dockerfile = f"FROM {SHARED}{env}:1.0.0\n" + "".join(f'LABEL {k}="{v}"\n' for k, v in labels.items())
         image, _ = engine.images.build(
             fileobj=io.BytesIO(dockerfile.encode()), tag=tag or f"{PREFIX}{env}:1.0.0", rm=True, forcerm=True
         )
@@ -104,7 +104,7 @@ def _remove(client, image_id: str) -> None:
     except docker.errors.ImageNotFound:
         return
     for ref in [*(info.get("RepoTags") or []), *(info.get("RepoDigests") or [])]:
-        if ref.startswith(image_prefix()):
+        if ref.startswith(SHARED):
             continue  # never touch the shared images
         with contextlib.suppress(docker.errors.APIError):
             client.api.remove_image(ref)

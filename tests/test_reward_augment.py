@@ -319,9 +319,8 @@ def test_a_distractor_call_reaches_both_paths(env_server) -> None:
 
 
 def test_an_llm_rewrites_queries_and_the_oracle_still_answers_them() -> None:
-    from llm_standin import StandInLLM, text
-
     from envreg.reward.augment import query_values, rewrite_queries
+    from envreg.standin import StandInLLM, text
     from envreg.synth.llm import LLMConfig
 
     record = executed_trajectory("bank", "pay_new_payee_chain")

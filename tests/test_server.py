@@ -7,7 +7,7 @@ import json
 import anyio
 import httpx2
 import pytest
-from conftest import COUNTER, REFERENCE_ENVS
+from conftest import COUNTER, REFERENCE_ENVS, scaled
 from mcp import MCPError
 from mcp_helpers import ERAS, caller, mcp_client
 from servers import modern_request
@@ -78,9 +78,10 @@ async def test_tool_list_equals_manifest(env_server, name, era) -> None:
         assert got["description"] == spec.description
 
 
+@pytest.mark.slow
 async def test_fifty_instances_each_keep_their_own_state(env_server) -> None:
     server = env_server(COUNTER)
-    ids = [server.new_instance() for _ in range(50)]
+    ids = [server.new_instance() for _ in range(scaled(50, 12))]
 
     async def drive(i: int, instance: str) -> None:
         era = list(ERAS)[i % 2]

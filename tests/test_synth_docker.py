@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from llm_standin import StandInLLM
 from synth_helpers import ScriptedModel, catalog_graph
 
 from envreg.runtime import Runtime
+from envreg.standin import StandInLLM
 from envreg.synth.execute import Synthesizer
 from envreg.synth.llm import LLMConfig
 from envreg.synth.replay import replay

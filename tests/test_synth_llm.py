@@ -1,4 +1,4 @@
-"""The LLM path against a local OpenAI-compatible STAND-IN server (tests/llm_standin.py: scripted
+"""The LLM path against a local OpenAI-compatible STAND-IN server (envreg.standin: scripted
 answers, not a model): user-providable marking, edge refinement, OpenAI-compatible embeddings,
 QueryGen, pass@k solving with native tool calls (malformed tool-call JSON and refusals included)."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import anyio
-from llm_standin import StandInLLM
 from synth_helpers import CACHE, ScriptedModel, catalog_graph, catalog_manifests, manifests_by_name
 
 from envreg.runtime import Runtime
+from envreg.standin import StandInLLM
 from envreg.synth.embed import make_embedder
 from envreg.synth.execute import Synthesizer
 from envreg.synth.export import export

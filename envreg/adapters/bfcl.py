@@ -6,6 +6,13 @@ function docs (``"type": "dict"`` -> ``object``, ``float`` -> ``number``), the s
 of everything the object holds (`envreg.adapters.objects`), and BFCL's private attributes (what its
 checker does not compare: the current directory, random generators, timestamps) are volatile.
 
+Arguments are checked against the published schemas, with BFCL's own leniency by default
+(``coercion="bfcl"``): BFCL's harness hands a method whatever the model wrote, and some methods
+convert a parameter themselves (``budget_limit = float(budget_limit)``), so there a number written as a
+string (``'2857.14'``) is accepted and reaches the method as it came, exactly as under BFCL. Every other
+type mismatch is refused. ``coercion="strict"`` refuses every argument the published schema refuses
+(for training, where the schema is the contract).
+
 `bfcl-eval` is installed without its dependencies (``pip install --no-deps bfcl-eval==2026.3.23
 mpmath``): only its multi-turn classes, data files and checker are used.
 """
@@ -18,14 +25,16 @@ import importlib
 import inspect
 import json
 import re
+import textwrap
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from envreg.adapters.objects import SnapshotError, dump_object, load_object
 from envreg.adapters.pyclass import ClassEnvironment, Method, class_environment
 from envreg.env import Environment
+from envreg.errors import EnvregError
 
 BFCL_VERSION = "2026.3.23"
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
@@ -79,10 +88,14 @@ RESPONSE_FIELD_FIXES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     },
 }
 _JSON_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
+Coercion = Literal["bfcl", "strict"]
+COERCIONS: tuple[Coercion, ...] = ("bfcl", "strict")
+#: what a method may call on a parameter to turn a string into the number it documents
+_CONVERTERS = frozenset({"float", "int", "Decimal"})
 
 
-class BfclNotInstalled(ImportError):
-    pass
+class BfclNotInstalled(EnvregError, ImportError):
+    """bfcl-eval (the BFCL classes) is not installed; the hint says how to install it."""
 
 
 def _bfcl() -> Any:
@@ -91,8 +104,9 @@ def _bfcl() -> Any:
         from bfcl_eval.constants import executable_backend_config
     except ImportError as exc:
         raise BfclNotInstalled(
-            f"bfcl-eval is not installed ({exc}); install it without its dependencies: "
-            f"pip install --no-deps bfcl-eval=={BFCL_VERSION} mpmath"
+            f"bfcl-eval is not installed ({exc})",
+            "install it without its dependencies (they pull torch): pip install --no-deps --require-hashes "
+            f"-r images/base/bfcl-requirements.lock (bfcl-eval=={BFCL_VERSION} and mpmath)",
         ) from None
     return bfcl_eval, executable_backend_config
 
@@ -158,8 +172,48 @@ def output_schema(class_name: str, doc: dict[str, Any]) -> dict[str, Any] | None
     return schema
 
 
-def methods(class_name: str) -> list[Method]:
+@cache
+def converted_parameters(class_name: str, method: str) -> frozenset[str]:
+    """The parameters `method` converts itself, read from BFCL's source: passed to ``float``, ``int``,
+    ``Decimal`` or an ``mpmath`` function, or set as ``mpmath.mp.dps``. There BFCL's harness, which hands
+    the method what the model wrote, works with a number written as a string."""
+    fn = getattr(bfcl_class(class_name), method)
+    params = set(inspect.signature(fn).parameters) - {"self"}
+
+    def converting(target: ast.expr) -> bool:
+        name = ast.unparse(target)
+        return name in _CONVERTERS or name.startswith("mpmath.")
+
+    found = set()
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(fn)))):
+        if isinstance(node, ast.Call) and converting(node.func):
+            found |= {a.id for a in node.args if isinstance(a, ast.Name) and a.id in params}
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in params
+            and any(isinstance(t, ast.Attribute) and converting(t) for t in node.targets)
+        ):
+            found.add(node.value.id)
+    return frozenset(found)
+
+
+def lenient_schema(class_name: str, method: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+    """`schema` accepting a string for each number the method converts itself; None when there is none."""
+    lenient = copy.deepcopy(schema)
+    widened = False
+    for name in converted_parameters(class_name, method):
+        prop = lenient.get("properties", {}).get(name)
+        if prop is not None and prop.get("type") in ("number", "integer"):
+            prop["type"] = [prop["type"], "string"]
+            widened = True
+    return lenient if widened else None
+
+
+def methods(class_name: str, coercion: Coercion = "bfcl") -> list[Method]:
     """The class's public methods as tools, described by BFCL's function docs (in the docs' order)."""
+    if coercion not in COERCIONS:
+        raise ValueError(f"unknown coercion {coercion!r}; known: {', '.join(COERCIONS)}")
     cls = bfcl_class(class_name)
     out = []
     for doc in function_docs(class_name):
@@ -169,7 +223,8 @@ def methods(class_name: str) -> list[Method]:
         params["type"] = "object"
         params["additionalProperties"] = False
         response = output_schema(class_name, doc)
-        out.append(Method(doc["name"], doc["description"], params, response))
+        accepts = lenient_schema(class_name, doc["name"], params) if coercion == "bfcl" else None
+        out.append(Method(doc["name"], doc["description"], params, response, accepts=accepts))
     return out
 
 
@@ -183,6 +238,10 @@ class BfclForm:
         "public": "The object's public attributes (what BFCL's checker compares), nested objects in place.",
         "private": "Everything else the object holds: private attributes, dict orders, float markers.",
     }
+
+    @property
+    def cls(self) -> type:
+        return bfcl_class(self.class_name)
 
     def new(self) -> Any:
         obj = bfcl_class(self.class_name)()
@@ -211,13 +270,13 @@ def initial_state(class_name: str, config: dict[str, Any], long_context: bool = 
 
 
 @cache
-def environment(class_name: str) -> Environment:
+def environment(class_name: str, coercion: Coercion = "bfcl") -> Environment:
     """The envreg environment of one BFCL class, built once per process (the replay's local tier)."""
-    return build_environment(class_name)
+    return build_environment(class_name, coercion)
 
 
-def build_environment(class_name: str) -> Environment:
-    """A new envreg environment of one BFCL class (what images/bfcl-*/env.py serves)."""
+def build_environment(class_name: str, coercion: Coercion = "bfcl") -> Environment:
+    """A new envreg environment of one BFCL class (what images/bfcl-*/env.py serves); `coercion`: see above."""
     cls = bfcl_class(class_name)
     probe = cls()
     description = getattr(probe, "_api_description", "") or (inspect.getdoc(cls) or "").split("\n")[0]
@@ -225,7 +284,7 @@ def build_environment(class_name: str) -> Environment:
         ClassEnvironment(
             name=env_name(class_name),
             form=BfclForm(class_name),
-            methods=methods(class_name),
+            methods=methods(class_name, coercion),
             version=BFCL_VERSION,
             description=f"{description} (BFCL multi-turn class {class_name}, bfcl-eval {BFCL_VERSION})",
             domain=CLASSES[class_name],

@@ -12,6 +12,7 @@ instances in module globals keyed by model name and entry id; they are dropped a
 
 from __future__ import annotations
 
+import ast
 import copy
 import importlib
 import re
@@ -27,7 +28,7 @@ from envreg.canonical import canonical_json
 from envreg.env import ToolResult, states_equal
 from envreg.env.scenario import strip_volatile
 
-Variant = Literal["ground-truth", "drop-last"]
+Variant = Literal["ground-truth", "drop-last", "numbers-as-strings"]
 
 
 @dataclass(frozen=True)
@@ -74,13 +75,49 @@ class ReplayReport:
 
 
 def model_turns(entry: bfcl.Entry, variant: Variant) -> list[list[str]]:
-    """The calls replayed as the model's: the ground truth, or it without its very last call."""
+    """The calls replayed as the model's: the ground truth, it without its very last call, or it with every
+    number argument written as a string (``set_budget_limit(budget_limit='2857.14')``)."""
     turns = [list(turn) for turn in entry.ground_truth]
     if variant == "drop-last":
         last = max((i for i, turn in enumerate(turns) if turn), default=None)
         if last is not None:
             turns[last].pop()
+    elif variant == "numbers-as-strings":
+        turns = [[numbers_as_strings(call) for call in turn] for turn in turns]
     return turns
+
+
+def numbers_as_strings(source: str) -> str:
+    """A call string with each argument that is a number literal written as a string instead."""
+    node = ast.parse(source.strip(), mode="eval")
+    call = node.body
+    if not isinstance(call, ast.Call):
+        return source
+
+    def quoted(arg: ast.expr) -> ast.expr:
+        if isinstance(arg, ast.Constant) and type(arg.value) in (int, float):
+            return ast.Constant(str(arg.value))
+        if (
+            isinstance(arg, ast.UnaryOp)
+            and isinstance(arg.op, ast.USub)
+            and isinstance(arg.operand, ast.Constant)
+        ):
+            return ast.Constant(f"-{arg.operand.value}")
+        return arg
+
+    call.args = [quoted(a) for a in call.args]
+    for keyword in call.keywords:
+        keyword.value = quoted(keyword.value)
+    return ast.unparse(node)
+
+
+def has_numbers(entry: bfcl.Entry) -> bool:
+    """Whether some ground-truth call of `entry` passes a number literal (what `numbers-as-strings` changes)."""
+    return any(
+        numbers_as_strings(c) != ast.unparse(ast.parse(c.strip(), mode="eval"))
+        for t in entry.ground_truth
+        for c in t
+    )
 
 
 def outcome(result: ToolResult) -> str:
@@ -165,9 +202,11 @@ class _Expected:
     results: list[list[str]]
 
 
-def expected_run(entry: bfcl.Entry, initial: dict[str, dict[str, Any]]) -> _Expected:
+def expected_run(
+    entry: bfcl.Entry, initial: dict[str, dict[str, Any]], coercion: bfcl.Coercion = "bfcl"
+) -> _Expected:
     reset_bfcl_globals()
-    instances = {c: bfcl.environment(c).instance(initial[c]) for c in entry.classes}
+    instances = {c: bfcl.environment(c, coercion).instance(initial[c]) for c in entry.classes}
     states, results = [], []
     for turn in entry.ground_truth:
         turn_results = []
@@ -189,23 +228,29 @@ class Replayer:
         *,
         variant: Variant = "ground-truth",
         restore_each_turn: bool = False,
+        coercion: bfcl.Coercion = "bfcl",
     ) -> None:
+        if coercion != "bfcl" and isolation != "local":
+            raise ValueError(
+                f"the bfcl-* images serve coercion 'bfcl'; replay coercion {coercion!r} on the local tier"
+            )
         self.rt = runtime
         self.isolation = isolation
         self.variant = variant
         self.restore_each_turn = restore_each_turn
+        self.coercion = coercion
         self.model_name = f"envreg_replay_{secrets.token_hex(4)}"
 
     def env_ref(self, class_name: str) -> Any:
         if self.isolation == "local":
-            return bfcl.environment(class_name)
+            return bfcl.environment(class_name, self.coercion)
         return bfcl.env_name(class_name)
 
     async def replay(self, entry: bfcl.Entry) -> EntryResult:
         turns = model_turns(entry, self.variant)
         reset_bfcl_globals()
         initial = {c: bfcl.initial_state(c, entry.initial_config, entry.long_context) for c in entry.classes}
-        expected = expected_run(entry, initial)
+        expected = expected_run(entry, initial, self.coercion)
         verdict, calls = await self._envreg_verdict(entry, turns, initial, expected)
         return EntryResult(
             entry.id, entry.category, verdict, bfcl_verdict(entry, turns, self.model_name), calls
@@ -269,13 +314,16 @@ async def replay_all(
     isolation: str = "local",
     variant: Variant = "ground-truth",
     restore_each_turn: bool = False,
+    coercion: bfcl.Coercion = "bfcl",
     concurrency: int = 1,
     progress: Callable[[EntryResult], None] | None = None,
 ) -> ReplayReport:
     """Replay `entries` (up to `concurrency` at once) and collect both verdicts for each."""
     import anyio
 
-    replayer = Replayer(runtime, isolation, variant=variant, restore_each_turn=restore_each_turn)
+    replayer = Replayer(
+        runtime, isolation, variant=variant, restore_each_turn=restore_each_turn, coercion=coercion
+    )
     report = ReplayReport(isolation, variant, restore_each_turn)
     started = time.perf_counter()
     queue = list(entries)

@@ -28,7 +28,7 @@ from pydantic.json_schema import SkipJsonSchema
 from envreg.canonical import canonical_json
 from envreg.env import Environment, EnvState, Tool, ToolAnnotations, ToolError, ToolResult
 from envreg.env.state import DEFAULT_EPOCH
-from envreg.env.tool import ToolModels
+from envreg.env.tool import Binder, ToolModels
 
 __all__ = [
     "UNKNOWN_EFFECTS",
@@ -52,6 +52,10 @@ class StateForm(Protocol):
     #: state field name -> description (the fields of the envreg state model)
     fields: dict[str, str]
 
+    @property
+    def cls(self) -> type:
+        """The class whose methods are the tools."""
+
     def new(self) -> Any:
         """A fresh instance of the class, in its default state."""
 
@@ -73,6 +77,9 @@ class Method:
     annotations: ToolAnnotations = UNKNOWN_EFFECTS
     #: turns the validated JSON arguments into the method's keyword arguments (default: as they came)
     convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    #: the schema arguments are checked against when it is more lenient than the published one
+    #: (BFCL's `--coercion bfcl`: numbers as strings where the method converts them); default: input_schema
+    accepts: dict[str, Any] | None = None
 
 
 class ForeignState(EnvState):
@@ -88,6 +95,7 @@ class ForeignState(EnvState):
     def _own_copy(cls, data: Any) -> Any:
         # the state must not share lists or dicts with whoever handed it over
         if isinstance(data, dict):
+            data = {**getattr(cls.form, "defaults", {}), **data}  # fields a form fills when left out
             return {k: v if k in ("now", "id_counters") else _copy_json(v) for k, v in data.items()}
         return data
 
@@ -237,11 +245,12 @@ class MethodTool(Tool):
         return ToolResult(value=data, structured=structured)
 
 
-def _runner(method: str) -> Callable[..., Any]:
-    def run(state: ForeignState, **arguments: Any) -> Any:
+def _runner(method: str, binder: Binder) -> Callable[..., Any]:
+    # the state comes by position: a method parameter may be named `state` (or anything else)
+    def run(state: ForeignState, /, **arguments: Any) -> Any:
         obj = state.live()
         with no_network(method):
-            value = getattr(obj, method)(**arguments)
+            value = binder.call(getattr(obj, method), (), arguments)
         state.store(obj)
         return value
 
@@ -249,14 +258,23 @@ def _runner(method: str) -> Callable[..., Any]:
     return run
 
 
-def method_tool(method: Method) -> MethodTool:
+def method_tool(method: Method, cls: type | None = None) -> MethodTool:
+    """The tool serving `method`; with `cls`, its signature is checked (``*args`` is refused) and bound."""
+    binder = Binder()
+    if cls is not None:
+        try:
+            binder = Binder.of(getattr(cls, method.name), skip=1, what=f"{cls.__name__}.{method.name}")
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
     schema = method.input_schema
     Draft202012Validator.check_schema(schema)
+    if method.accepts is not None:
+        Draft202012Validator.check_schema(method.accepts)
     if method.output_schema is not None:
         Draft202012Validator.check_schema(method.output_schema)
     return MethodTool(
         name=method.name,
-        fn=_runner(method.name),
+        fn=_runner(method.name, binder),
         description=method.description,
         annotations=method.annotations,
         built=ToolModels(  # arguments are validated by `validator`, not a pydantic model
@@ -266,7 +284,7 @@ def method_tool(method: Method) -> MethodTool:
             input_schema=schema,
             output_schema=method.output_schema,
         ),
-        validator=Draft202012Validator(schema),
+        validator=Draft202012Validator(method.accepts or schema),
         convert=method.convert,
     )
 
@@ -282,6 +300,8 @@ class ClassEnvironment:
     description: str
     domain: str = "general"
     volatile: list[str] = field(default_factory=list)
+    #: tools made some other way (EnvFactory's FastMCP functions), served after the methods
+    tools: list[Tool] = field(default_factory=list)
 
 
 def class_environment(spec: ClassEnvironment) -> Environment:
@@ -308,6 +328,10 @@ def class_environment(spec: ClassEnvironment) -> Environment:
     for method in spec.methods:
         if method.name in env.tools:
             raise ValueError(f"environment {spec.name!r} already has a tool named {method.name!r}")
-        env.tools[method.name] = method_tool(method)
+        env.tools[method.name] = method_tool(method, spec.form.cls)
+    for tool in spec.tools:
+        if tool.name in env.tools:
+            raise ValueError(f"environment {spec.name!r} already has a tool named {tool.name!r}")
+        env.tools[tool.name] = tool
     env.seed = spec.form.dump(spec.form.new())
     return env

@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from envreg.cli.output import JsonOpt, fail, print_json
+
 out = Console()
 err = Console(stderr=True)
 
@@ -30,8 +32,7 @@ def _require_bfcl() -> None:
     try:
         _bfcl()
     except BfclNotInstalled as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise fail(f"{exc}", code=2) from None
 
 
 @bfcl_app.command("generate")
@@ -43,15 +44,20 @@ def generate(
     check: Annotated[
         bool, typer.Option("--check", help="Write nothing; exit 1 when a folder is stale.")
     ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Write images/bfcl-*/ (env.py, requirements.lock, scenarios from BFCL's data), one per BFCL class."""
     _require_bfcl()
     from envreg.adapters.bfcl_images import write_folders
 
     if not lock.is_file():
-        err.print(f"[red]error:[/] {lock} is missing (it pins bfcl-eval and mpmath with hashes)")
-        raise typer.Exit(2)
+        raise fail(f"{lock} is missing (it pins bfcl-eval and mpmath with hashes)", code=2)
     changed = write_folders(images, lock.read_text(), check=check)
+    if as_json:
+        print_json({"check": check, "changed": [str(p) for p in changed]})
+        if check and changed:
+            raise typer.Exit(1)
+        return
     if check and changed:
         for path in changed:
             err.print(f"[red]stale:[/] {path}")
@@ -73,6 +79,20 @@ def replay(
     drop_last: Annotated[
         bool, typer.Option("--drop-last", help="Replay each entry without its last ground-truth call.")
     ] = False,
+    numbers_as_strings: Annotated[
+        bool,
+        typer.Option(
+            "--numbers-as-strings",
+            help="Replay the ground truth with every number argument written as a string.",
+        ),
+    ] = False,
+    coercion: Annotated[
+        str,
+        typer.Option(
+            help="bfcl: accept what BFCL's methods accept (a number written as a string where the method "
+            "converts it); strict: the published schemas only (local tier; for training)."
+        ),
+    ] = "bfcl",
     restore_each_turn: Annotated[
         bool,
         typer.Option(
@@ -104,17 +124,26 @@ def replay(
 
     chosen = [c for c in (category or ["all"]) for c in (bfcl.CATEGORIES if c == "all" else [c])]
     if isolation not in ("local", "instance", "container"):
-        err.print(f"[red]error:[/] --isolation must be local, instance or container, not {isolation!r}")
-        raise typer.Exit(2)
+        raise fail(f"--isolation must be local, instance or container, not {isolation!r}", code=2)
     try:
         entries = bfcl.load_entries(chosen)
     except ValueError as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise fail(f"{exc}", code=2) from None
     if limit is not None:
         entries = [e for c in chosen for e in [x for x in entries if x.category == c][:limit]]
     workers = concurrency or (1 if isolation == "local" else 16)
-    variant = "drop-last" if drop_last else "ground-truth"
+    if drop_last and numbers_as_strings:
+        err.print("[red]error:[/] --drop-last and --numbers-as-strings are two variants: choose one")
+        raise typer.Exit(2)
+    variant = "drop-last" if drop_last else "numbers-as-strings" if numbers_as_strings else "ground-truth"
+    if coercion not in bfcl.COERCIONS:
+        err.print(f"[red]error:[/] --coercion must be {' or '.join(bfcl.COERCIONS)}, not {coercion!r}")
+        raise typer.Exit(2)
+    if coercion != "bfcl" and isolation != "local":
+        err.print(
+            f"[red]error:[/] the bfcl-* images serve --coercion bfcl; replay --coercion {coercion} on the local tier"
+        )
+        raise typer.Exit(2)
 
     async def main():
         # warm units per image (8 images): a few ready containers each, or ready instances in shared ones
@@ -147,6 +176,7 @@ def replay(
                         isolation=isolation,
                         variant=variant,
                         restore_each_turn=restore_each_turn,
+                        coercion=coercion,
                         concurrency=workers,
                         progress=advance,
                     )
@@ -162,10 +192,8 @@ def replay(
     try:
         report = anyio.run(main)
     except (EngineError, ImageNotFound) as exc:
-        err.print(
-            f"[red]error:[/] {exc} (build the images first: `envreg build {' '.join(sorted(bfcl.env_name(c) for c in bfcl.CLASSES))}`)"
-        )
-        raise typer.Exit(1) from None
+        names = " ".join(sorted(bfcl.env_name(c) for c in bfcl.CLASSES))
+        raise fail(str(exc), f"build the images first: `envreg build {names}`") from None
 
     rows = report.by_category()
     if as_json:
@@ -174,6 +202,7 @@ def replay(
                 {
                     "isolation": report.isolation,
                     "variant": report.variant,
+                    "coercion": coercion,
                     "restore_each_turn": report.restore_each_turn,
                     "seconds": round(report.seconds, 2),
                     "categories": {c: dict(r) for c, r in rows.items()},
@@ -185,7 +214,7 @@ def replay(
             )
         )
     else:
-        title = f"BFCL multi-turn replay · {report.isolation} · {report.variant}"
+        title = f"BFCL multi-turn replay · {report.isolation} · {report.variant} · coercion {coercion}"
         if report.restore_each_turn:
             title += " · snapshot/restore every turn"
         table = Table(title=title)

@@ -14,9 +14,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from envreg.cli.output import err, fail
 from envreg.protocol import MANIFEST_DIGEST_LABEL
 
-err = Console(stderr=True)
 out = Console()
 
 _STEP = re.compile(r"^#(\d+) (.*)$")
@@ -55,8 +55,10 @@ def _run_bake(cmd: list[str], *, label: str, progress: str) -> None:
         rc = proc.wait()
     if rc:
         err.print("\n".join(tail), markup=False, highlight=False)
-        err.print(f"[red]error:[/] docker buildx bake failed ({label}, exit {rc})")
-        raise typer.Exit(1)
+        raise fail(
+            f"docker buildx bake failed ({label}, exit {rc})",
+            "the build log is above; `envreg build --progress plain` shows all of it",
+        )
     err.print(f"[green]built[/] {label} ({done} steps)")
 
 
@@ -110,7 +112,10 @@ def build(
         str, typer.Option(help="'rich' (a live status) or 'plain' (the raw BuildKit log).")
     ] = "rich",
     print_only: Annotated[
-        bool, typer.Option("--print", help="Print the bake definition; build nothing.")
+        bool,
+        typer.Option(
+            "--print", help="Print the bake definition; build, stage and write nothing (no manifest either)."
+        ),
     ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the result as JSON instead of a table.")
@@ -119,18 +124,19 @@ def build(
         bool,
         typer.Option(
             "--force",
-            help="Move an existing envreg/<name>:<version> tag even when it names an image of other code.",
+            help="Move an existing <prefix>/<name>:<version> tag even when it names an image of other code.",
         ),
     ] = False,
 ) -> None:
-    """Build envreg/base and the environment images (envreg/<name>:<version>) with docker buildx bake.
+    """Build the base and environment images (<prefix>/<name>:<version>) with docker buildx bake.
 
-    A version names one environment: an existing envreg/<name>:<version> whose manifest digest differs
-    from the new build's is not moved (bump the version), unless --force."""
+    The prefix is $ENVREG_IMAGE_PREFIX (default envreg; always joined with a '/': team -> team/calendar:1.0.0,
+    team/base:0.1.0). A version names one environment: an existing tag whose manifest digest differs from
+    the new build's is not moved (bump the version), unless --force. Outside an envreg checkout the images
+    are built from the installed package's catalog, with its manifests as they are (--frozen)."""
     from envreg.config import manifests_dir as config_manifests_dir
     from envreg.docker_engine import EngineUnavailable, require_engine
-    from envreg.env import load_environment
-    from envreg.env.loader import known_names
+    from envreg.env.loader import known_names, resolve_folder
     from envreg.images import (
         EnvImage,
         ImageBuildError,
@@ -145,9 +151,13 @@ def build(
         stage_base,
         stage_env,
     )
-    from envreg.manifest import Manifest, check_manifest, manifest_path, write_manifest
+    from envreg.manifest import Manifest, check_manifest, manifest_of, manifest_path, write_manifest
 
-    p = paths()
+    try:
+        p = paths()
+    except ImageBuildError as exc:
+        raise fail(str(exc), "install envreg from its wheel, or run inside a clone of envreg") from None
+    frozen = frozen or not p.checkout  # a wheel's catalog is read-only: its manifests are what it ships
     if images_dir is not None:
         os.environ["ENVREG_IMAGES"] = str(images_dir.resolve())
     elif "ENVREG_IMAGES" not in os.environ and (p.root / "images").is_dir():
@@ -156,17 +166,19 @@ def build(
 
     refs = names or known_names()
     if not refs:
-        err.print(
-            f"[red]error:[/] no environments given and none found under {os.environ.get('ENVREG_IMAGES')}"
+        raise fail(
+            f"no environments given and none found under {os.environ.get('ENVREG_IMAGES')}",
+            "name them (`envreg build calendar bank`), or pass --images-dir FOLDER",
+            2,
         )
-        raise typer.Exit(2)
 
     # 1. every manifest must be sound before anything is built or tagged
     envs: list[tuple[EnvImage, Path, Path]] = []
     refused: list[str] = []
     for ref in refs:
         try:
-            env = load_environment(ref)
+            env = manifest_of(ref)  # generated from the code; a foreign folder's in a container sandbox
+            folder = resolve_folder(ref)
         except Exception as exc:
             refused.append(f"{ref}: the environment does not load: {exc}")
             continue
@@ -184,21 +196,27 @@ def build(
         if problem and frozen:
             refused.append(f"{env.name}: {problem} (run `envreg manifest {env.name}` and commit the result)")
             continue
-        if problem:
-            write_manifest(env, mdir)
-            err.print(f"[yellow]regenerated[/] {path}: {problem}")
-        m = Manifest.loads(path.read_text())
-        m.verify()
-        image = EnvImage(env.name, env.version, env.description, m.digests.manifest)
-        if not force and (moved := _would_move(image)):
+        if problem and print_only:  # what the build would write, written nowhere
+            digest = env.digests.manifest
+        else:
+            if problem:
+                write_manifest(env, mdir)
+                err.print(f"[yellow]regenerated[/] {path}: {problem}")
+            m = Manifest.loads(path.read_text())
+            m.verify()
+            digest = m.digests.manifest
+        image = EnvImage(env.name, env.version, env.description, digest)
+        if not force and not print_only and (moved := _would_move(image)):
             refused.append(moved)
             continue
-        envs.append((image, env.folder, path))
+        envs.append((image, folder, path))
     if refused:
         for r in refused:
             err.print(f"[red]refused:[/] {r}")
-        err.print("[red]error:[/] nothing was built or tagged")
-        raise typer.Exit(1)
+        raise fail("nothing was built or tagged", "fix what each `refused:` line says, then build again")
+    if print_only:
+        _print_bake(p, [e for e, _, _ in envs])
+        return
 
     try:
         require_engine(buildx=True)
@@ -210,9 +228,10 @@ def build(
         stage_base(p, epoch)
         for e, folder, mpath in envs:
             stage_env(p, e.name, folder, mpath, epoch)
-    except (ImageBuildError, EngineUnavailable) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from None
+    except EngineUnavailable as exc:
+        raise fail(exc.message, exc.hint) from None
+    except ImageBuildError as exc:
+        raise fail(str(exc), "nothing was tagged; fix what it says and build again") from None
     version = envreg_version(p.root)
     vars_file = p.stage / "vars.json"
     vars_file.write_text(
@@ -231,9 +250,6 @@ def build(
         + "\n"
     )
     env_targets = [f"env-{e.name}" for e, _, _ in envs]
-    if print_only:
-        subprocess.run([*bake_command(p, vars_file, ["base", *env_targets]), "--print"], check=False)
-        return
 
     # 4. bake: base first (env images use it as FROM once loaded), then the environments
     _run_bake(
@@ -253,12 +269,13 @@ def build(
     ]:
         info = _inspect(tag)
         if info is None:
-            err.print(f"[red]error:[/] {tag} is missing after the build")
-            raise typer.Exit(1)
+            raise fail(f"{tag} is missing after the build", "the engine dropped it: build again")
         label = (info["Config"].get("Labels") or {}).get(MANIFEST_DIGEST_LABEL, "")
         if mdigest and label != mdigest:
-            err.print(f"[red]error:[/] {tag} carries manifest digest {label!r}, expected {mdigest}")
-            raise typer.Exit(1)
+            raise fail(
+                f"{tag} carries manifest digest {label!r}, expected {mdigest}",
+                "another build moved the tag meanwhile: build again",
+            )
         if mdigest:
             from envreg.registry import record_image
 
@@ -288,6 +305,38 @@ def build(
             f"{r['size'] / 1e6:.0f} MB",
         )
     out.print(table)
+
+
+def _print_bake(p: Any, envs: list[Any]) -> None:
+    """`docker buildx bake --print` of what `envreg build` would build: the variables go to a temporary file,
+    nothing is staged, built or written under the checkout."""
+    import tempfile
+
+    from envreg.images import BaseLock, bake_command, bake_vars, envreg_version, git_facts, source_date_epoch
+
+    lock = BaseLock.read(p.base_lock)
+    if lock is None:
+        raise fail(f"{p.base_lock} is missing", "write it with `scripts/build-base --relock`")
+    revision, _, source = git_facts(p.root)
+    with tempfile.TemporaryDirectory(prefix="envreg-bake-") as tmp:
+        vars_file = Path(tmp) / "vars.json"
+        variables = bake_vars(
+            envs,
+            lock=lock,
+            epoch=source_date_epoch(p.root),
+            version=envreg_version(p.root),
+            revision=revision,
+            source=source,
+            stage=p.stage,
+        )
+        vars_file.write_text(json.dumps(variables, indent=2) + "\n")
+        targets = ["base", *(f"env-{e.name}" for e in envs)]
+        try:
+            proc = subprocess.run([*bake_command(p, vars_file, targets), "--print"], check=False)
+        except FileNotFoundError:
+            raise fail("the docker CLI is not installed", "install Docker with the buildx plugin") from None
+    if proc.returncode:
+        raise typer.Exit(proc.returncode)
 
 
 def register(app: typer.Typer) -> None:

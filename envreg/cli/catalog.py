@@ -9,17 +9,22 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-err = Console(stderr=True, highlight=False)
+from envreg.cli.output import QuietOpt, err, fail
+
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
 def catalog(
-    manifests: Annotated[Path, typer.Option("--manifests", help="Folder of the manifests.")] = Path(
-        "manifests"
-    ),
+    manifests: Annotated[
+        Path | None,
+        typer.Option(
+            "--manifests",
+            help="Folder of the manifests (default: $ENVREG_MANIFESTS, ./manifests, else the installed catalog's).",
+            show_default=False,
+        ),
+    ] = None,
     readme: Annotated[
         Path | None,
         typer.Option("--readme", help="Rewrite the catalog table between the markers in this file."),
@@ -31,31 +36,34 @@ def catalog(
     as_markdown: Annotated[
         bool, typer.Option("--markdown", help="Print the Markdown table on stdout.")
     ] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """List the catalog (environment, domain, tools, scenarios, what it is) from manifests/."""
     from envreg import catalog as cat
+    from envreg.config import manifests_root
 
     if check and readme is None:
-        err.print("[red]error:[/] --check needs --readme FILE")
-        raise typer.Exit(2)
+        raise fail("--check without --readme", "`envreg catalog --readme README.md --check`", 2)
+    manifests = manifests or manifests_root()
     try:
         entries = cat.load(manifests)
     except ValueError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise fail(
+            str(exc), "generate them with `envreg manifest`, or point --manifests at a folder of them"
+        ) from None
     table = cat.markdown(entries)
     if readme is not None:
         try:
             text = readme.read_text()
             updated = cat.replace_section(text, table)
         except (OSError, ValueError) as exc:
-            err.print(f"[red]error:[/] {readme}: {escape(str(exc))}", soft_wrap=True)
-            raise typer.Exit(1) from None
+            raise fail(f"{readme}: {exc}", "give the README that holds the catalog markers") from None
         if check:
             if updated != text:
-                err.print(f"[red]stale:[/] the catalog table in {readme} does not match {manifests}/")
-                err.print(f"run `envreg catalog --readme {readme}` and commit the result")
-                raise typer.Exit(1)
+                raise fail(
+                    f"stale: the catalog table in {readme} does not match {manifests}/",
+                    f"run `envreg catalog --readme {readme}` and commit the result",
+                )
             err.print(f"[green]ok[/] {readme}: the catalog table is current ({len(entries)} environments)")
             return
         if updated != text:
@@ -66,6 +74,9 @@ def catalog(
         return
     if as_json:
         sys.stdout.write(json.dumps([e.to_json() for e in entries], indent=2) + "\n")
+        return
+    if quiet:
+        sys.stdout.write("".join(f"{e.name}\n" for e in entries))
         return
     if as_markdown:
         sys.stdout.write(table)

@@ -1,18 +1,17 @@
-"""`envreg import envfactory`: turn an EnvFactory tool file into an envreg environment folder, and check it."""
+"""`envreg import envfactory`: an EnvFactory tool file as an envreg environment folder, inspected in a sandbox."""
 
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-out = Console()
-err = Console(stderr=True)
+from envreg.cli.output import JsonOpt, err, fail, print_json
 
 app = typer.Typer(help="Import environments written for other frameworks.", no_args_is_help=True)
 
@@ -24,7 +23,10 @@ def envfactory(
         Path, typer.Option("--metadata", help="Its metadata JSON (class_name, description, tools).")
     ],
     name: Annotated[
-        str | None, typer.Option(help="Environment name (default: the class name in kebab case).")
+        str | None,
+        typer.Option(
+            help="Environment name, [a-z0-9][a-z0-9-]* (default: the metadata's class_name in kebab case)."
+        ),
     ] = None,
     version: Annotated[str, typer.Option(help="Environment version.")] = "1.0.0",
     domain: Annotated[str, typer.Option(help="Environment domain.")] = "general",
@@ -40,88 +42,162 @@ def envfactory(
     images: Annotated[Path, typer.Option(help="Environments folder the new folder goes into.")] = Path(
         "images"
     ),
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing folder of that name.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into an existing folder of that name.")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds the inspection may take in its sandbox.")] = 300.0,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Copy TOOL_FILE and its metadata unchanged into images/<name>/ with an env.py serving them; check the result."""
+    """Inspect TOOL_FILE in a container sandbox (never on this host), then copy it and its metadata unchanged
+    into images/<name>/ with an env.py serving its @mcp.tool functions, a seed and a recorded scenario."""
+    out = Console(stderr=True) if as_json else Console()  # --json: the report to stderr, JSON to stdout
     from envreg.adapters import envfactory as ef
-    from envreg.adapters.checks import check_environment
-    from envreg.env import load_environment, load_scenarios
-    from envreg.env.loader import _load
+    from envreg.adapters.envfactory_import import FOREIGN_MARKER, write_folder
+    from envreg.errors import EnvregError
+    from envreg.sandboxing import run_isolated
 
     for path in (tool_file, metadata, *(p for p in (seed, scenarios) if p)):
         if not path.exists():
-            err.print(f"[red]error:[/] {path} does not exist")
-            raise typer.Exit(2)
+            raise fail(f"{path} does not exist", code=2)
     try:
         meta = ef.read_metadata(metadata)
-        source = ef.check_syntax(tool_file)
+        env_name = ef.check_name(name if name is not None else ef.kebab(meta.class_name))
         seed_data = json.loads(seed.read_text()) if seed else None
+        scenario_files = (
+            {
+                str(p.relative_to(scenarios)): p.read_bytes()
+                for p in [*sorted(scenarios.glob("*.json")), *sorted(scenarios.glob("rejected/*.json"))]
+            }
+            if scenarios
+            else {}
+        )
+        parsed = {rel: json.loads(data) for rel, data in scenario_files.items()}
     except (ef.ImportProblem, ValueError) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from None
-    env_name = name or ef.kebab(meta.class_name)
-    folder = images / env_name
+        raise fail(str(exc)) from None
+    if tool_file.name in ("env.py", FOREIGN_MARKER) or tool_file.name == metadata.name:
+        raise fail(
+            f"the tool file cannot be named {tool_file.name} (the folder's env.py and {FOREIGN_MARKER} are envreg's)"
+        )
+    root = images.resolve()
+    folder = (images / env_name).resolve()
+    if folder.parent != root:  # the name rule already keeps it there; this is the guarantee
+        raise fail(f"{folder} is not inside {root}")
     if folder.exists() and not force:
-        err.print(
-            f"[red]error:[/] {folder} exists; pass --force to replace it, or --name to import under another name"
+        raise fail(
+            f"{images / env_name} exists",
+            "pass --force to write into it, or --name to import under another name",
         )
-        raise typer.Exit(1)
-    scenario_files = (
-        sorted(scenarios.glob("*.json")) + sorted(scenarios.glob("rejected/*.json")) if scenarios else []
-    )
-    try:
-        ef.environment(
-            tool_file, metadata, name=env_name, version=version, domain=domain
-        )  # fails before writing
-        written = ef.write_folder(
-            tool_file,
-            metadata,
-            folder,
-            name=env_name,
-            version=version,
-            domain=domain,
-            seed=seed_data,
-            scenarios=scenario_files,
-        )
-        _load.cache_clear()
-        env = load_environment(folder)
-        env.parse_state(env.initial_state().to_json())
-    except (ef.ImportProblem, ValueError) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from None
 
-    out.print(
-        f"[green]imported[/] {meta.class_name} from {tool_file.name} as [bold]{env.name}[/] {env.version} -> {folder}/"
+    files = {tool_file.name: tool_file.read_bytes(), metadata.name: metadata.read_bytes()}
+    payload = {
+        "tool": tool_file.name,
+        "metadata": metadata.name,
+        "name": env_name,
+        "version": version,
+        "domain": domain,
+        "seed": seed_data,
+        "scenarios": [v for k, v in parsed.items() if not k.startswith("rejected/")],
+        "rejected": [v for k, v in parsed.items() if k.startswith("rejected/")],
+    }
+    with err.status(f"inspecting {tool_file.name} in a container sandbox (no network)"):
+        try:
+            report = run_isolated(
+                "envreg.adapters.envfactory_import:inspect_tool_file",
+                payload,
+                files=files,
+                timeout=timeout,
+                what=f"the tool file {tool_file.name}",
+            )
+        except EnvregError as exc:
+            raise fail(exc.message, exc.hint) from None
+    if not report["ok"]:
+        raise fail(report["problem"], "nothing was written; fix the tool file or its metadata")
+
+    written = write_folder(
+        folder,
+        files,
+        tool=tool_file.name,
+        metadata=metadata.name,
+        report=report,
+        name=env_name,
+        version=version,
+        domain=domain,
+        seed=seed_data,
+        scenarios=scenario_files,
     )
     out.print(
-        f"  {len(env.tools)} tools: {', '.join(env.tools)}; load_scenario / save_scenario are the control plane's"
+        f"[green]imported[/] {report['class']} (the object `{report['object']}` its tools call) from "
+        f"{escape(tool_file.name)} as [bold]{env_name}[/] {escape(version)} -> {escape(str(images / env_name))}/",
+        highlight=False,
     )
-    out.print(f"  files: {', '.join(str(p.relative_to(folder)) for p in written)}")
-    if net := ef.network_imports(source):
+    out.print(
+        f"  {len(report['tools'])} tools (its @mcp.tool functions): {', '.join(report['tools'])}",
+        highlight=False,
+    )
+    out.print(f"  files: {', '.join(str(p.relative_to(folder)) for p in written)}", highlight=False)
+    for note in report["notes"]:
+        out.print(f"  [yellow]note:[/] {escape(note)}", highlight=False)
+    if report["network"]:
         out.print(
-            f"  [yellow]network:[/] imports {', '.join(net)}; envreg runs it without network (calls are refused)"
+            f"  [yellow]network:[/] imports {', '.join(report['network'])}; envreg runs it without network "
+            "(such calls fail)",
+            highlight=False,
         )
-
-    logging.getLogger("envreg.env").setLevel(logging.ERROR)  # tool failures are results here, not log noise
-    checks = check_environment(env, load_scenarios(folder)[0])
-    table = Table(title=f"checks of {env.name} (in process)")
-    table.add_column("check")
-    table.add_column("result")
-    table.add_column("evidence", overflow="fold")
+    for item in report["nondeterministic"]:
+        if item["differs"] == "network":
+            out.print(
+                f"  [yellow]network:[/] {item['tool']} reaches for the network, which is blocked: left out of the "
+                "recorded scenario",
+                highlight=False,
+            )
+            continue
+        out.print(
+            f"  [yellow]non-deterministic:[/] {item['tool']}: its {item['differs']} differs between two runs "
+            "(uuid4 ids, the clock or unseeded randomness): left out of the recorded scenario; rollouts that call "
+            "it cannot be replayed byte for byte",
+            highlight=False,
+        )
+    checks = list(report["checks"])
+    if report["round_trip"] is not None:
+        checks.insert(0, {"name": "seed round-trip", "passed": False, "evidence": report["round_trip"]})
+    else:
+        checks.insert(
+            0,
+            {
+                "name": "seed round-trip",
+                "passed": True,
+                "evidence": "save_scenario -> load_scenario -> save_scenario gives the same state",
+            },
+        )
+    table = Table(title=f"checks of {env_name} (in its sandbox)")
+    for col in ("check", "result", "evidence"):
+        table.add_column(col, overflow="fold")
     for check in checks:
-        mark = {True: "[green]pass[/]", False: "[red]fail[/]", None: "[yellow]skip[/]"}[check.passed]
-        table.add_row(check.name, mark, check.evidence)
+        mark = {True: "[green]pass[/]", False: "[red]fail[/]", None: "[yellow]skip[/]"}[check["passed"]]
+        table.add_row(check["name"], mark, escape(check["evidence"]))
     out.print(table)
-    failed = [c for c in checks if c.passed is False]
+    failed = [c for c in checks if c["passed"] is False]
     for check in failed:
-        err.print(f"[red]fail:[/] {check.name}: {check.evidence}", markup=True, highlight=False)
-    if failed:
-        err.print(
-            f"[red]error:[/] {env.name} was imported into {folder}/ but fails the checks above; "
-            "fix the tool file (envreg validate will refuse its image as it is)"
+        err.print(f"[red]fail:[/] {check['name']}: {escape(check['evidence'])}", highlight=False)
+    if as_json:
+        print_json(
+            {
+                "name": env_name,
+                "version": version,
+                "folder": str(folder),
+                "tools": list(report["tools"]),
+                "files": [str(p.relative_to(folder)) for p in written],
+                "checks": checks,
+            }
         )
-        raise typer.Exit(1)
-    out.print(f"next: `envreg manifest {env.name}` and `envreg build {env.name}`")
+    if failed:
+        raise fail(
+            f"{env_name} was imported into {images / env_name}/ but fails the checks above",
+            "fix the tool file (envreg validate will refuse its image as it is)",
+        )
+    out.print(
+        f"next: `envreg manifest {env_name}` and `envreg build {env_name}` (both run its code in a container)"
+    )
 
 
 def register(root: typer.Typer) -> None:

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-err = Console(stderr=True)
+from envreg.cli.output import JsonOpt, err, fail, print_json
+
 out = Console()
 
 
@@ -20,36 +21,51 @@ def manifest(
         bool, typer.Option("--check", help="Write nothing; exit 1 when a manifest is stale.")
     ] = False,
     out_dir: Annotated[Path, typer.Option("--out", help="Manifests folder.")] = Path("manifests"),
+    as_json: JsonOpt = False,
 ) -> None:
     """Generate manifests/<name>.json from each environment's code."""
-    from envreg.env import EnvironmentNotFound, load_environment
+    from envreg.config import images_root
+    from envreg.env import EnvironmentNotFound
     from envreg.env.loader import known_names
-    from envreg.manifest import check_manifest, write_manifest
+    from envreg.errors import EnvregError
+    from envreg.manifest import check_manifest, manifest_of, write_manifest
 
     refs = envs or known_names()
     if not refs:
-        err.print("[red]error:[/] no environments given and none found under ./images")
-        raise typer.Exit(2)
-    stale = []
+        raise fail(
+            f"no environments given and none found under {images_root()}/",
+            "name environment folders, or run it where ./images holds them (or set ENVREG_IMAGES)",
+            2,
+        )
+    stale, rows = [], []
     for ref in refs:
         try:
-            env = load_environment(ref)
-        except (EnvironmentNotFound, TypeError, ValueError) as exc:
-            err.print(f"[red]error:[/] {exc}")
-            raise typer.Exit(2) from None
+            env = manifest_of(ref)  # a foreign folder's in a container sandbox
+        except (EnvironmentNotFound, TypeError, ValueError, EnvregError) as exc:
+            raise fail(str(exc), getattr(exc, "hint", None) or "check the environment's env.py", 2) from None
         if check:
-            if problem := check_manifest(env, out_dir):
+            problem = check_manifest(env, out_dir)
+            rows.append({"name": env.name, "version": env.version, "stale": problem})
+            if problem:
                 stale.append(env.name)
                 err.print(f"[red]stale:[/] {env.name}: {problem}")
-            else:
+            elif not as_json:
                 out.print(f"[green]ok[/] {env.name} {env.version}")
         else:
             path, m, changed = write_manifest(env, out_dir)
-            status = "[yellow]wrote[/]" if changed else "[green]unchanged[/]"
-            out.print(f"{status} {path} {m.digests.manifest[:19]} ({len(m.tools)} tools)")
+            rows.append(
+                {"name": env.name, "path": str(path), "digest": m.digests.manifest, "changed": changed}
+            )
+            if not as_json:
+                status = "[yellow]wrote[/]" if changed else "[green]unchanged[/]"
+                out.print(f"{status} {path} {m.digests.manifest[:19]} ({len(m.tools)} tools)")
+    if as_json:
+        print_json(rows)
     if stale:
-        err.print(f"run `envreg manifest {' '.join(stale)}` and commit the result")
-        raise typer.Exit(1)
+        raise fail(
+            f"{len(stale)} stale manifest(s)",
+            f"run `envreg manifest {' '.join(stale)}` and commit the result",
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,5 @@
-"""Registry commands: push, pull, search, ls, inspect, rm, lock, save, load.
+"""Registry commands: push, pull, search, ls, inspect, rm, lock, save, load, and `registry serve` (a local
+OCI registry to push to).
 
 Errors read `error: ...` then `hint: ...` (what to do) on stderr, exit status 1; long operations show rich
 progress on stderr; `--json` prints machine-readable results on stdout.
@@ -15,10 +16,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-err = Console(stderr=True, highlight=False)
+from envreg.cli.output import QuietOpt, err, print_error
+
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 REGISTRY_HELP = "Registry HOST[:PORT] (default: $ENVREG_REGISTRY)."
@@ -32,20 +33,18 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 @contextmanager
 def errors() -> Iterator[None]:
     """Turn registry/engine failures into `error:` + `hint:` lines and exit status 1."""
-    from envreg.registry.errors import RegistryError
+    from envreg.errors import EnvregError
 
     try:
         yield
-    except RegistryError as exc:
-        err.print(f"[red]error:[/] {escape(exc.message)}", soft_wrap=True)
-        if exc.hint:
-            err.print(f"[dim]hint:[/] {escape(exc.hint)}", soft_wrap=True)
+    except EnvregError as exc:
+        print_error(exc.message, exc.hint)
         raise typer.Exit(1) from None
     except LookupError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        print_error(str(exc))
         raise typer.Exit(1) from None
     except ValueError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        print_error(str(exc))
         raise typer.Exit(2) from None
 
 
@@ -212,9 +211,13 @@ def search(
     text: Annotated[str, typer.Argument(help="Text to find in names, descriptions and tool names.")],
     registry: RegistryOpt = None,
     namespace: Annotated[str | None, typer.Option("--namespace", help="Only repositories under it.")] = None,
+    quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Find environments in the local index and a registry (metadata only, nothing pulled)."""
+    """Find environments in the local index, the committed manifests and a registry (metadata only).
+
+    Environments neither the local index nor the registry has come from the committed manifests (WHERE
+    catalog: `envreg build NAME` builds one)."""
     from envreg.registry.search import search as search_environments
 
     with errors():
@@ -222,8 +225,15 @@ def search(
     if as_json:
         _dump([h.to_json() for h in hits])
         return
+    if quiet:
+        for name in dict.fromkeys(h.name for h in hits):
+            print(name)
+        return
     if not hits:
-        err.print(f"no environment matches {text!r}")
+        print_error(
+            f"no environment matches {text!r}",
+            "search matches names, descriptions and tool names; `envreg catalog` lists every environment",
+        )
         raise typer.Exit(1)
     table = Table(box=None, pad_edge=False)
     for col in ("NAME", "VERSION", "WHERE", "MATCHED", "DESCRIPTION"):
@@ -234,7 +244,7 @@ def search(
     out.print(table)
 
 
-def ls(as_json: JsonOpt = False) -> None:
+def ls(quiet: QuietOpt = False, as_json: JsonOpt = False) -> None:
     """List the environments in the local index."""
     from envreg.registry import engine
     from envreg.registry.index import LocalIndex
@@ -249,6 +259,10 @@ def ls(as_json: JsonOpt = False) -> None:
             present = {}
     if as_json:
         _dump([{**_record_json(r, manifest=False), "present": present.get(r.image_id)} for r in records])
+        return
+    if quiet:
+        for r in records:
+            print(r.ref)
         return
     if not records:
         err.print("the local index is empty (envreg build / envreg pull / envreg load fill it)")
@@ -281,16 +295,16 @@ def inspect(
     namespace: NamespaceOpt = "envreg",
     as_json: JsonOpt = False,
 ) -> None:
-    """Show an environment: manifest, tools and state schema."""
+    """Show an environment: manifest, tools and state schema.
+
+    An environment the local index does not have is shown from its committed manifest (source: catalog)."""
     from envreg.registry.index import LocalIndex
 
     with errors():
         if registry:
             manifest, meta = _remote_manifest(ref, registry, namespace)
         else:
-            rec = LocalIndex().resolve(ref)
-            manifest = rec.load_manifest()
-            meta = _record_json(rec, manifest=False)
+            manifest, meta = _local_manifest(ref, LocalIndex())
     if as_json:
         _dump({**meta, "manifest": manifest.to_json()})
         return
@@ -347,6 +361,27 @@ def _type_of(spec: dict) -> str:
     return str(t) + (f" ({spec['format']})" if "format" in spec else "")
 
 
+def _local_manifest(ref: str, index: Any) -> tuple[Any, dict[str, Any]]:
+    """The manifest of `ref` in the local index, else its committed manifest (`where: catalog`)."""
+    from envreg.registry.errors import NotFound
+    from envreg.registry.refs import EnvRef
+    from envreg.registry.search import catalog_manifest
+
+    try:
+        rec = index.resolve(ref)
+    except NotFound:
+        env = EnvRef.parse(ref)
+        manifest = None if env.digest else catalog_manifest(env.name, env.version)
+        if manifest is None:
+            raise
+        return manifest, {
+            "source": "catalog (a committed manifest: not built or pulled here)",
+            "manifest_digest": manifest.digest,
+            "build": f"envreg build {manifest.name}",
+        }
+    return rec.load_manifest(), _record_json(rec, manifest=False)
+
+
 def _remote_manifest(ref: str, registry: str, namespace: str):
     from envreg.registry.client import RegistryClient
     from envreg.registry.errors import NotFound
@@ -378,14 +413,20 @@ def _remote_manifest(ref: str, registry: str, namespace: str):
 def rm(
     refs: Annotated[list[str], typer.Argument(help="NAME (every version) or NAME:VERSION.")],
     keep_image: Annotated[bool, typer.Option("--keep-image", help="Only forget the index record.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Remove environments from the local index and untag their images."""
     from envreg.registry import index
 
+    removed = []
     with errors():
         for ref in refs:
             for r in index.rm(ref, keep_image=keep_image):
-                out.print(f"removed {r.ref} (image {_short(r.image_id)})")
+                removed.append(_record_json(r, manifest=False))
+                if not as_json:
+                    out.print(f"removed {r.ref} (image {_short(r.image_id)})")
+    if as_json:
+        _dump(removed)
 
 
 def lock(
@@ -396,6 +437,7 @@ def lock(
     ] = None,
     namespace: NamespaceOpt = "envreg",
     output: Annotated[Path, typer.Option("--output", "-o", help="Lockfile path.")] = Path("envreg.lock"),
+    as_json: JsonOpt = False,
 ) -> None:
     """Pin a suite of environments by image and manifest digest in envreg.lock."""
     from envreg.registry import transfer
@@ -403,6 +445,9 @@ def lock(
     with errors():
         lockfile = transfer.lock(names, registry, namespace=namespace)
         lockfile.write(output)
+    if as_json:
+        _dump(json.loads(output.read_text()))
+        return
     for e in lockfile.environments:
         where = f" from {e.repository}@{_short(e.repo_digest)}" if e.pull_ref else " (not pushed: local only)"
         out.print(f"locked {e.ref} image {_short(e.image_id)} manifest {_short(e.manifest_digest)}{where}")
@@ -412,6 +457,7 @@ def lock(
 def save(
     names: Annotated[list[str], typer.Argument(help="Environments to save.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Archive path (a tar file).")],
+    as_json: JsonOpt = False,
 ) -> None:
     """Save environments (images, manifests, lock) into one archive for air-gapped hosts."""
     from envreg.registry import archive
@@ -419,6 +465,9 @@ def save(
     with errors(), progress("save") as on:
         lockfile = archive.save(names, output, progress=on)
     size = output.stat().st_size
+    if as_json:
+        _dump({"archive": str(output), "size": size, "environments": [e.ref for e in lockfile.environments]})
+        return
     out.print(f"saved {', '.join(e.ref for e in lockfile.environments)} to {output} ({size / 1e6:.1f} MB)")
 
 
@@ -445,7 +494,59 @@ def _record_json(r, manifest: bool = True) -> dict[str, Any]:
     return data
 
 
+registry_app = typer.Typer(
+    help="A local OCI registry (CNCF Distribution) to push to and pull from.", no_args_is_help=True
+)
+
+
+@registry_app.command("serve")
+def registry_serve(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free one).")] = 5000,
+    root: Annotated[
+        Path | None,
+        typer.Option(help="Where it stores images (default: $ENVREG_HOME/registry).", show_default=False),
+    ] = None,
+) -> None:
+    """Run a CNCF Distribution registry on 127.0.0.1 until Ctrl-C (`envreg push --registry 127.0.0.1:PORT`).
+
+    It is Debian's `docker-registry` package (the registry envreg's tests use), storing under ROOT; plain
+    HTTP, which envreg and Docker allow for loopback registries only."""
+    import signal
+    import time
+
+    from envreg.config import envreg_home
+    from envreg.registry.testing import INSTALL_HINT, LocalRegistry, free_port, registry_binary
+
+    if registry_binary() is None:
+        print_error("the CNCF Distribution registry (docker-registry) is not installed", INSTALL_HINT)
+        raise typer.Exit(1)
+    registry = LocalRegistry(root or envreg_home() / "registry", port=port or free_port())
+    try:
+        registry.start()
+    except RuntimeError as exc:
+        print_error(str(exc), f"pick another --port (0: any free one); its log is {registry.log_path}")
+        raise typer.Exit(1) from None
+    err.print(f"registry listening on [bold]{registry.address}[/] (storage {registry.root / 'storage'})")
+    err.print(f"push with `envreg push NAME --registry {registry.address}`; Ctrl-C stops it")
+    stop = False
+
+    def on_signal(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        while not stop and registry.proc is not None and registry.proc.poll() is None:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        registry.stop()
+    err.print("registry stopped")
+
+
 def register(app: typer.Typer) -> None:
+    app.add_typer(registry_app, name="registry")
     app.command("push")(push)
     app.command("pull")(pull)
     app.command("search")(search)

@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from envreg.cli import output
+
 app = typer.Typer(
     name="reward",
     help="Score model outputs by replaying them in sandboxes against trajectory records.",
@@ -38,8 +40,7 @@ Sources = Annotated[
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}")
-    return typer.Exit(code)
+    return output.fail(message, code=code)
 
 
 def _sources(specs: list[str] | None) -> dict[str, str]:
@@ -136,7 +137,9 @@ def score(
     for r in failed:
         err.print(f"[red]error:[/] item {r.index}: {r.error}")
     if failed:
-        raise typer.Exit(1)
+        raise output.fail(
+            f"{len(failed)} of {len(results)} items could not be scored", "each item's error is above"
+        )
 
 
 def _table(results) -> None:

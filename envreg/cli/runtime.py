@@ -1,4 +1,4 @@
-"""Runtime commands: `envreg serve` (the daemon), `run`, `ps`, `stop`, `gc`."""
+"""Runtime commands: `envreg serve` (the daemon), `run`, `ps`, `logs`, `stop`, `gc`."""
 
 from __future__ import annotations
 
@@ -14,21 +14,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from envreg.protocol import KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS, TIERS
-from envreg.runtime.backends.docker_keeper import DEFAULT_GRACE
+from envreg.cli.output import JsonOpt, QuietOpt, err, fail, print_json
+from envreg.protocol import DEFAULT_GRACE, KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS, TIERS
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 FOREVER = 10 * 365 * 24 * 3600.0
+SERVER_HINT = "pip install 'envreg[server]' (FastAPI, for the daemon's REST API)"
 
 
 def _out() -> Console:
     # wide enough off a terminal that MCP URLs and ids are never cut
     return Console(highlight=False, width=None if sys.stdout.isatty() else 250)
-
-
-def fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 def parse_pool(spec: str | None) -> dict[str, int]:
@@ -38,7 +33,8 @@ def parse_pool(spec: str | None) -> dict[str, int]:
         tier, sep, count = part.partition("=")
         if not sep or tier not in ("container", "instance") or not count.isdigit():
             raise fail(
-                f"bad --pool {part!r}: write TIER=N with TIER container or instance, e.g. container=2,instance=8",
+                f"bad --pool {part!r}",
+                "write TIER=N with TIER container or instance, e.g. --pool container=2,instance=8",
                 2,
             )
         pool[tier] = int(count)
@@ -49,7 +45,7 @@ def parse_tiers(spec: str) -> tuple[str, ...]:
     tiers = tuple(t.strip() for t in spec.split(",") if t.strip())
     bad = [t for t in tiers if t not in TIERS]
     if bad or not tiers:
-        raise fail(f"bad --tiers {spec!r}: a comma-separated list of {', '.join(TIERS)}", 2)
+        raise fail(f"bad --tiers {spec!r}", f"a comma-separated list of {', '.join(TIERS)}", 2)
     return tiers
 
 
@@ -72,12 +68,23 @@ def expires_in(expires_at: float | None) -> str:
 
 
 def _client() -> Any:
-    from envreg.daemon.client import DaemonClient, DaemonNotRunning
+    from envreg.daemon.client import START_HINT, DaemonClient, DaemonNotRunning
 
     try:
         return DaemonClient.discover()
     except DaemonNotRunning as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc), START_HINT) from None
+
+
+def _daemon_failed(exc: Exception) -> typer.Exit:
+    """`fail` for a refused or unanswered daemon request (with the problems a 422 lists)."""
+    from envreg.daemon.client import START_HINT, DaemonError
+
+    if not isinstance(exc, DaemonError):
+        return fail(str(exc), START_HINT)
+    detail = "".join(f"\n  {'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" for e in exc.errors[:10])
+    hint = "see `envreg ps` for the sandboxes the daemon holds" if exc.status == 404 else None
+    return fail(f"{exc}{detail}", hint)
 
 
 # serve --------------------------------------------------------------------------------------------
@@ -150,17 +157,26 @@ def serve(
 ) -> None:
     """Run the runtime daemon: a REST control API (OpenAPI at /openapi.json) and the MCP gateway, on one port."""
     from envreg.config import daemon_token
+
+    try:
+        import fastapi  # noqa: F401
+    except ModuleNotFoundError:
+        raise fail("`envreg serve` needs FastAPI, which the server extra brings", SERVER_HINT) from None
     from envreg.daemon.serve import DaemonConfig, daemon_file, read_daemon_file
     from envreg.daemon.serve import serve as run
 
     running = read_daemon_file()
     if running is not None and running["pid"] != os.getpid():
         raise fail(
-            f"a daemon already runs for {daemon_file().parent} at {running['url']} (pid {running['pid']}): "
-            f"stop it (kill {running['pid']}) or set ENVREG_HOME to run another"
+            f"a daemon already runs for {daemon_file().parent} at {running['url']} (pid {running['pid']})",
+            f"stop it (kill {running['pid']}) or set ENVREG_HOME to run another",
         )
     if lease_ttl <= 0 or max_sandboxes < 1 or recycle < 0 or keep_alive < 1:
-        raise fail("--lease-ttl, --max-sandboxes and --keep-alive must be positive, --recycle at least 0", 2)
+        raise fail(
+            "bad --lease-ttl, --max-sandboxes, --keep-alive or --recycle",
+            "--lease-ttl, --max-sandboxes and --keep-alive must be positive, --recycle at least 0",
+            2,
+        )
     token = token or daemon_token()
     config = DaemonConfig(
         host=host,
@@ -191,28 +207,31 @@ def serve(
     try:
         run(config, ready=ready)
     except OSError as exc:
-        raise fail(f"{exc}: pick another --port (0 for any free one)") from None
+        raise fail(str(exc), "pick another --port (0 for any free one)") from None
 
 
 # run ----------------------------------------------------------------------------------------------
 def _read_state(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
+    hint = (
+        "give a JSON file holding the environment's state (an object, as `envreg inspect NAME` describes it)"
+    )
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        raise fail(f"cannot read --state {path}: {exc.strerror}") from None
+        raise fail(f"cannot read --state {path}: {exc.strerror}", hint) from None
     except ValueError as exc:
-        raise fail(f"--state {path} is not JSON: {exc}") from None
+        raise fail(f"--state {path} is not JSON: {exc}", hint) from None
     if not isinstance(data, dict):
-        raise fail(f"--state {path} must hold a JSON object (the environment's state)")
+        raise fail(f"--state {path} does not hold a JSON object", hint)
     return data
 
 
 def _print_sandbox(info: dict[str, Any], as_json: bool, detached: bool) -> None:
     out = _out()
     if as_json:
-        out.print_json(json.dumps(info)) if sys.stdout.isatty() else print(json.dumps(info), flush=True)
+        print(json.dumps(info), flush=True)
         return
     out.print(
         f"sandbox   {info['id']}  ({info['env']}, {info['isolation']}, expires {expires_in(info.get('expires_at'))})"
@@ -230,7 +249,11 @@ def run_cmd(
         str, typer.Argument(help="Environment: name, name:version, name@sha256:<id> or an image reference.")
     ],
     isolation: Annotated[
-        str, typer.Option(help="container (its own container) or instance (in a shared one).")
+        str,
+        typer.Option(
+            help="container (its own container), instance (in a shared one) or local (the environment's code "
+            "runs in this process, unsandboxed: trusted environments only; needs no Docker)."
+        ),
     ] = "container",
     state: Annotated[
         Path | None, typer.Option(help="JSON file with the initial state.", show_default=False)
@@ -254,20 +277,28 @@ def run_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the sandbox as one JSON line.")] = False,
 ) -> None:
     """Start a sandbox and print its MCP URL and token for an external agent."""
-    if isolation not in ("container", "instance"):
-        raise fail(
-            f"--isolation must be container or instance, not {isolation!r} (only those have an MCP URL)", 2
-        )
+    if isolation not in TIERS:
+        raise fail(f"bad --isolation {isolation!r}", f"one of {', '.join(TIERS)}", 2)
     if ttl is not None and ttl <= 0:
-        raise fail("--ttl must be positive", 2)
+        raise fail(f"bad --ttl {ttl:g}", "a lease in seconds, more than 0", 2)
     if state is not None and snapshot is not None:
-        raise fail("give --state or --snapshot, not both", 2)
+        raise fail("--state and --snapshot both given", "start from one of them", 2)
     if detach and (allow_host or cors_origin):
         raise fail(
-            "--allow-host and --cors-origin are the daemon's settings with --detach (`envreg serve`)", 2
+            "--allow-host and --cors-origin with --detach",
+            "they are the daemon's settings then: pass them to `envreg serve`",
+            2,
         )
     initial = _read_state(state)
-    if detach:
+    if isolation == "local":
+        if detach or snapshot is not None:
+            raise fail(
+                "--isolation local runs in the foreground from a state",
+                "drop --detach and --snapshot, or use --isolation instance|container",
+                2,
+            )
+        _run_local(env, initial, port, as_json)
+    elif detach:
         _run_detached(env, isolation, initial, snapshot, ttl, as_json)
     else:
         access = {"allowed_hosts": allow_host or (), "cors_origins": cors_origin or ()}
@@ -282,14 +313,49 @@ def _run_detached(
     with _client() as client:
         try:
             info = client.create(env, isolation, state=state, snapshot=snapshot, ttl=ttl)
-        except DaemonNotRunning as exc:
-            raise fail(str(exc)) from None
-        except DaemonError as exc:
-            detail = "".join(
-                f"\n  {'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" for e in exc.errors[:10]
-            )
-            raise fail(f"{exc}{detail}") from None
+        except (DaemonNotRunning, DaemonError) as exc:
+            raise _daemon_failed(exc) from None
     _print_sandbox(info, as_json, detached=True)
+
+
+def _run_local(env: str, state: dict[str, Any] | None, port: int, as_json: bool) -> None:
+    """The environment server in this process on 127.0.0.1 (`envreg.server.local`), one instance from
+    `state`: its MCP URL and token, until Ctrl-C."""
+    import anyio
+
+    from envreg.env import load_environment
+    from envreg.errors import InvalidState
+    from envreg.server.local import local_sandbox
+
+    environment = load_environment(env)
+
+    async def main() -> None:
+        try:
+            async with local_sandbox(environment, state, port) as sb:
+                _print_sandbox(
+                    {
+                        k: getattr(sb, k)
+                        for k in ("id", "env", "env_digest", "isolation", "mcp_url", "token", "expires_at")
+                    },
+                    as_json,
+                    detached=False,
+                )
+                if not as_json:
+                    err.print("serving in this process (local tier: not sandboxed); Ctrl-C stops it")
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        break
+        except InvalidState as exc:
+            detail = "".join(f"\n  {e.get('loc')}: {e.get('msg')}" for e in exc.errors[:10])
+            raise fail(
+                f"the initial state was refused{detail}",
+                "fix the --state file, or leave it out to start from the environment's seed",
+            ) from None
+
+    try:
+        anyio.run(main)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
 
 
 def _run_foreground(
@@ -318,9 +384,12 @@ def _run_foreground(
                 detail = "".join(
                     f"\n  {'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" for e in exc.errors[:10]
                 )
-                raise fail(f"the initial state was refused{detail}") from None
+                raise fail(
+                    f"the initial state was refused{detail}",
+                    "fix the --state file, or leave it out to start from the environment's seed",
+                ) from None
             except EnvregError as exc:
-                raise fail(str(exc)) from None
+                raise fail(exc.message, exc.hint) from None
             _print_sandbox(
                 {
                     "id": sb.id,
@@ -360,11 +429,8 @@ def _run_foreground(
         raise typer.Exit(130) from None
 
 
-# ps / stop ----------------------------------------------------------------------------------------
-def ps(
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only sandbox ids.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON list.")] = False,
-) -> None:
+# ps / logs / stop --------------------------------------------------------------------------------
+def ps(quiet: QuietOpt = False, as_json: JsonOpt = False) -> None:
     """List the daemon's sandboxes."""
     from envreg.daemon.client import DaemonError, DaemonNotRunning
 
@@ -372,7 +438,7 @@ def ps(
         try:
             sandboxes = client.list()
         except (DaemonNotRunning, DaemonError) as exc:
-            raise fail(str(exc)) from None
+            raise _daemon_failed(exc) from None
     out = _out()
     if as_json:
         print(json.dumps(sandboxes))
@@ -391,22 +457,61 @@ def ps(
     out.print(table)
 
 
-def stop(ids: Annotated[list[str], typer.Argument(help="Sandbox ids (see `envreg ps`).")]) -> None:
+def logs(
+    sandbox_id: Annotated[str, typer.Argument(metavar="SANDBOX", help="A sandbox id (see `envreg ps`).")],
+    tail: Annotated[int, typer.Option("--tail", "-n", min=1, help="How many of the last lines.")] = 200,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the log of a sandbox's environment server (its container's output).
+
+    On the instance tier the container is shared: its log holds every sandbox it serves."""
+    from envreg.daemon.client import DaemonError, DaemonNotRunning
+
+    with _client() as client:
+        try:
+            text = client.logs(sandbox_id, tail)
+        except (DaemonNotRunning, DaemonError) as exc:
+            raise _daemon_failed(exc) from None
+    if as_json:
+        print_json({"id": sandbox_id, "log": text})
+        return
+    sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")
+
+
+def stop(
+    ids: Annotated[
+        list[str] | None, typer.Argument(help="Sandbox ids (see `envreg ps`).", show_default=False)
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="Stop every sandbox the daemon leases.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
     """Stop sandboxes the daemon leases (their containers or instances are removed)."""
     from envreg.daemon.client import DaemonError, DaemonNotRunning
 
-    failed = 0
+    if bool(ids) == every:
+        raise fail(
+            "name the sandboxes to stop, or pass --all", "`envreg stop ID...` or `envreg stop --all`", 2
+        )
+    stopped, failed = [], 0
     with _client() as client:
-        for sandbox_id in ids:
+        try:
+            targets = [sb["id"] for sb in client.list()] if every else list(ids or ())
+        except (DaemonNotRunning, DaemonError) as exc:
+            raise _daemon_failed(exc) from None
+        for sandbox_id in targets:
             try:
                 client.delete(sandbox_id)
-                print(sandbox_id, flush=True)
             except DaemonNotRunning as exc:
-                raise fail(str(exc)) from None
+                raise _daemon_failed(exc) from None
             except DaemonError as exc:
                 failed += 1
-                hint = ": see `envreg ps`" if exc.status == 404 else ""
-                err.print(f"[red]error:[/] {exc}{hint}")
+                _daemon_failed(exc)
+                continue
+            stopped.append(sandbox_id)
+            if not as_json:
+                print(sandbox_id, flush=True)
+    if as_json:
+        print_json({"stopped": stopped, "failed": failed})
     if failed:
         raise typer.Exit(1)
 
@@ -419,6 +524,10 @@ def gc(
     grace: Annotated[
         float, typer.Option(help="Seconds a runtime's keeper must have been gone before its resources go.")
     ] = DEFAULT_GRACE,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Print what would be removed; remove nothing.")
+    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Remove envreg containers and networks whose runtime has ended (or whose hard expiry passed).
 
@@ -426,29 +535,30 @@ def gc(
     to the engine closes, wherever that runtime runs (this host, another container, another host).
     """
     from envreg.docker_engine import docker_client
-    from envreg.errors import EnvregError
     from envreg.runtime.backends.docker_keeper import collect_garbage
 
-    try:
-        client = docker_client()
-    except EnvregError as exc:
-        raise fail(f"{exc}") from None
-    if everything:
+    client = docker_client()
+    if everything and not dry_run:
         err.print("[yellow]warning:[/] --all removes the containers of live runtimes and daemons too")
-    containers, networks = collect_garbage(client, everything=everything, grace=grace)
+    containers, networks = collect_garbage(client, everything=everything, grace=grace, dry_run=dry_run)
+    if as_json:
+        print_json({"containers": containers, "networks": networks, "dry_run": dry_run})
+        return
+    verb = "would remove" if dry_run else "removed"
     for name in containers:
-        print(f"removed container {name}")
+        print(f"{verb} container {name}")
     for name in networks:
-        print(f"removed network {name}")
+        print(f"{verb} network {name}")
     if not containers and not networks:
         print("nothing to remove")
     else:
-        err.print(f"removed {len(containers)} container(s) and {len(networks)} network(s)")
+        err.print(f"{verb} {len(containers)} container(s) and {len(networks)} network(s)")
 
 
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
     app.command("run")(run_cmd)
     app.command("ps")(ps)
+    app.command("logs")(logs)
     app.command("stop")(stop)
     app.command("gc")(gc)

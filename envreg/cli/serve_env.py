@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from envreg.cli.output import fail
 from envreg.protocol import AGENT_PORT, CONTROL_PORT, SESSION_IDLE_TIMEOUT
 
 
@@ -70,8 +71,7 @@ def serve_env(
 
     token = token or os.environ.get(ENV_TOKEN)
     if not token:
-        typer.echo(f"error: the control plane needs a token: pass --token or set {ENV_TOKEN}", err=True)
-        raise typer.Exit(2)
+        raise fail("the control plane needs a token", f"pass --token or set {ENV_TOKEN}", 2)
     serve(
         ServerConfig(
             env=env,

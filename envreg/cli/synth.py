@@ -11,13 +11,30 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from envreg.cli.output import JsonOpt, fail, print_json
+
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 app = typer.Typer(
     help="Synthesis: tool graph, executed multi-turn trajectories, SFT / RL exports.", no_args_is_help=True
 )
 
-ManifestsOpt = Annotated[Path, typer.Option("--manifests", help="Folder of environment manifests.")]
+ManifestsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--manifests",
+        help="Folder of environment manifests (default: $ENVREG_MANIFESTS, ./manifests, else the installed catalog's).",
+        show_default=False,
+    ),
+]
+
+
+def _manifests(folder: Path | None) -> Path:
+    from envreg.config import manifests_root
+
+    return folder or manifests_root()
+
+
 EnvOpt = Annotated[list[str] | None, typer.Option("--env", help="Only these environments (repeatable).")]
 LLMUrlOpt = Annotated[
     str | None,
@@ -30,8 +47,7 @@ KeyEnvOpt = Annotated[str, typer.Option("--api-key-env", help="Environment varia
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}")
-    return typer.Exit(code)
+    return fail(message, code=code)
 
 
 def _llm(base_url: str | None, model: str | None, key_env: str):
@@ -57,7 +73,7 @@ def _build(
     from envreg.synth.graph import build_graph, load_manifests
 
     try:
-        loaded = load_manifests(manifests, envs)
+        loaded = load_manifests(_manifests(manifests), envs)
     except (FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None
     with console.status(f"embedding the parameters of {len(loaded)} environments ({embedding_model})"):
@@ -73,7 +89,7 @@ def _build(
 
 @app.command("graph")
 def graph_cmd(
-    manifests: ManifestsOpt = Path("manifests"),
+    manifests: ManifestsOpt = None,
     env: EnvOpt = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the graph JSON.")] = Path(
         "tool-graph.json"
@@ -99,6 +115,7 @@ def graph_cmd(
     refine: Annotated[
         bool, typer.Option("--refine", help="Let the LLM confirm or reject candidate edges.")
     ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Build the tool dependency graph from the manifests; print statistics, write JSON and pictures."""
     if fmt not in ("svg", "png"):
@@ -118,6 +135,19 @@ def graph_cmd(
     seconds = time.perf_counter() - started
     digest = graph.save(out)
     stats = graph.stats()
+    if as_json:
+        rendered = [] if render is None else [str(p) for p in _render(graph, render, fmt)]
+        print_json(
+            {
+                "graph": str(out),
+                "digest": digest,
+                "seconds": round(seconds, 2),
+                "stats": stats,
+                "environments": graph.per_env_stats(),
+                "pictures": rendered,
+            }
+        )
+        return
     table = Table(title=f"tool graph ({graph.meta['model']}, threshold {threshold})")
     for column in (
         "environment",
@@ -149,10 +179,14 @@ def graph_cmd(
     )
     console.print(f"wrote {out} ({digest}) in {seconds:.1f}s")
     if render is not None:
-        from envreg.synth.render import render_domains
-
-        for path in render_domains(graph, render, fmt):
+        for path in _render(graph, render, fmt):
             console.print(f"wrote {path}")
+
+
+def _render(graph, folder: Path, fmt: str) -> list[Path]:
+    from envreg.synth.render import render_domains
+
+    return list(render_domains(graph, folder, fmt))
 
 
 @app.command("run")
@@ -171,7 +205,7 @@ def run_cmd(
     graph_path: Annotated[
         Path | None, typer.Option("--graph", help="A graph from `envreg synth graph` (built when omitted).")
     ] = None,
-    manifests: ManifestsOpt = Path("manifests"),
+    manifests: ManifestsOpt = None,
     env: EnvOpt = None,
     max_tools: Annotated[int, typer.Option(help="Most tools per chain.")] = 6,
     max_envs: Annotated[int, typer.Option(help="Most environments per chain.")] = 3,
@@ -183,6 +217,7 @@ def run_cmd(
     model: ModelOpt = None,
     api_key_env: KeyEnvOpt = "OPENAI_API_KEY",
     k: Annotated[int, typer.Option("-k", help="Solving attempts per chain with an LLM (pass@k).")] = 3,
+    as_json: JsonOpt = False,
 ) -> None:
     """Sample chains, execute them in sandboxes, write the trajectories and their exports."""
     import anyio
@@ -202,7 +237,7 @@ def run_cmd(
     if graph_path is not None:
         try:
             graph = ToolGraph.load(graph_path)
-            loaded = load_manifests(manifests, [e["name"] for e in graph.meta["environments"]])
+            loaded = load_manifests(_manifests(manifests), [e["name"] for e in graph.meta["environments"]])
         except (OSError, ValueError) as exc:
             raise _fail(str(exc)) from None
     else:
@@ -236,6 +271,7 @@ def run_cmd(
                 TextColumn("{task.fields[note]}"),
                 TimeElapsedColumn(),
                 console=console,
+                disable=as_json,
             ) as progress:
                 task = progress.add_task("run", total=n, note="")
 
@@ -265,6 +301,19 @@ def run_cmd(
     except ExportError as exc:
         raise _fail(str(exc)) from None
     calls = sum(len(t.calls) for t in trajectories)
+    if as_json:
+        print_json(
+            {
+                "trajectories": len(trajectories),
+                "chains_tried": result.attempted,
+                "turns": sum(len(t.turns) for t in trajectories),
+                "calls": calls,
+                "seconds": round(seconds, 2),
+                "skipped": dict(result.skipped),
+                "written": {name: str(path) for name, path in written.items()},
+            }
+        )
+        return
     table = Table(title=f"envreg synth run · seed {seed} · {isolation} · {seconds:.1f}s")
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -302,7 +351,8 @@ def export_cmd(
     fmt: Annotated[
         list[str] | None, typer.Option("--format", help="envfactory, sft, rl, trajectories (repeatable).")
     ] = None,
-    manifests: ManifestsOpt = Path("manifests"),
+    manifests: ManifestsOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Export existing trajectory records to EnvFactory, SFT (LLaMA-Factory) and RL (verl) formats."""
     from envreg.synth.export import FORMATS, export, read_trajectories
@@ -310,12 +360,15 @@ def export_cmd(
 
     try:
         records = read_trajectories(trajectories)
-        loaded = load_manifests(manifests, sorted({e.name for t in records for e in t.envs}))
+        loaded = load_manifests(_manifests(manifests), sorted({e.name for t in records for e in t.envs}))
         written = export(
             records, out, {m.name: m for m in loaded}, fmt or [f for f in FORMATS if f != "trajectories"]
         )
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
+    if as_json:
+        print_json({"trajectories": len(records), "written": {n: str(p) for n, p in written.items()}})
+        return
     for name, path in written.items():
         console.print(f"wrote {name}: {path} ({len(records)} trajectories)")
 
@@ -324,6 +377,7 @@ def export_cmd(
 def replay_cmd(
     trajectories: Annotated[Path, typer.Argument(help="A trajectories.jsonl to replay.")],
     isolation: Annotated[str, typer.Option(help="local, instance or container.")] = "local",
+    as_json: JsonOpt = False,
 ) -> None:
     """Replay every trajectory from its initial states; exit 1 unless all results and states match."""
     import anyio
@@ -348,6 +402,16 @@ def replay_cmd(
     except (ValueError, LookupError, EngineError) as exc:
         raise _fail(str(exc)) from None
     bad = [r for r in reports if not r.ok]
+    if as_json:
+        print_json(
+            [
+                {"trajectory": r.trajectory, "calls": r.calls, "ok": r.ok, "mismatches": r.mismatches}
+                for r in reports
+            ]
+        )
+        if bad:
+            raise typer.Exit(1)
+        return
     for report in bad:
         for mismatch in report.mismatches:
             err.print(f"[red]{report.trajectory}:[/] {mismatch}")

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from envreg.cli.output import fail
+
 err = Console(stderr=True, highlight=False)
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
@@ -113,19 +115,18 @@ def validate(
 
         names = known_names()
         if not names:
-            err.print(f"[red]error:[/] --all: no environment folders (with an env.py) under {images_root()}/")
-            raise typer.Exit(2)
+            raise fail(f"--all: no environment folders (with an env.py) under {images_root()}/", code=2)
         targets = [*(targets or []), *(str(images_root() / n) for n in names)]
     if not targets:
-        err.print(
-            "[red]error:[/] give environments to validate (folders, names or image references) or --all"
+        raise fail(
+            "no environments to validate",
+            "give folders, names or image references (`envreg validate calendar`), or --all",
+            code=2,
         )
-        raise typer.Exit(2)
     try:
         checks, _ = select(only or (), skip or ())
     except ValueError as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise fail(f"{exc}", code=2) from None
 
     live = err.is_terminal or _force_progress()
     status = err.status("validating", spinner="dots") if live else None
@@ -154,8 +155,7 @@ def validate(
 
         if not isinstance(exc, EnvregError):
             raise
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from None
+        raise fail(f"{exc}", code=1) from None
     finally:
         if status is not None:
             status.stop()

@@ -214,6 +214,8 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
     async def openapi() -> JSONResponse:
         return JSONResponse(document())
 
+    api.state.openapi_document = document  # what /openapi.json serves (`envreg schema openapi-daemon`)
+
     @api.get("/v1/healthz", response_model=m.Health, dependencies=auth, responses=COMMON, tags=["daemon"])
     async def healthz() -> m.Health:
         """Liveness, and what this daemon allows."""
@@ -286,6 +288,20 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
         """End the sandbox and free its container or instance; its MCP URL answers 404 from now on."""
         await sandbox(sandbox_id).close("deleted")
         return Response(status_code=204)
+
+    @api.get(
+        "/v1/sandboxes/{sandbox_id}/logs",
+        response_model=m.LogInfo,
+        dependencies=auth,
+        responses={**COMMON, **NOT_FOUND, **ENGINE},
+        tags=["sandboxes"],
+    )
+    async def get_logs(
+        sandbox_id: str,
+        tail: int = Query(200, ge=1, le=100_000, description="How many of the last lines."),
+    ) -> m.LogInfo:
+        """What the sandbox's environment server printed (on the instance tier: its shared container's)."""
+        return m.LogInfo(log=await rt.logs(sandbox(sandbox_id), tail))
 
     @api.get(
         "/v1/sandboxes/{sandbox_id}/state",

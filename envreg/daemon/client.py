@@ -101,5 +101,8 @@ class DaemonClient:
     def get(self, sandbox_id: str) -> dict[str, Any]:
         return self.request("GET", f"/v1/sandboxes/{quote(sandbox_id, safe='')}")
 
+    def logs(self, sandbox_id: str, tail: int) -> str:
+        return self.request("GET", f"/v1/sandboxes/{quote(sandbox_id, safe='')}/logs?tail={tail}")["log"]
+
     def delete(self, sandbox_id: str) -> None:
         self.request("DELETE", f"/v1/sandboxes/{quote(sandbox_id, safe='')}")

@@ -128,6 +128,10 @@ class CallToolResult(BaseModel):
     structured_content: dict[str, Any] | None = Field(default=None, alias="structuredContent")
 
 
+class LogInfo(BaseModel):
+    log: str = Field(description="The last lines the sandbox's environment server printed.")
+
+
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
     runtime: str = Field(description="The runtime id that labels this daemon's containers.")

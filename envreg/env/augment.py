@@ -154,7 +154,7 @@ class Augmenter:
         self.log.append(entry)
         if fmt == "json" and "noise" not in entry:
             return result
-        return ToolResult(value=value, rendered=render(value, fmt))
+        return ToolResult(value=value, rendered=render(value, fmt))  # pyright: ignore[reportArgumentType]
 
     def describe(self) -> dict[str, Any]:
         return {"config": self.config.model_dump(mode="json"), "labels": list(self.log)}

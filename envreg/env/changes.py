@@ -50,10 +50,10 @@ class _ModelSchema:
         schema = cls.__pydantic_core_schema__
         self.definitions: list[dict] = []
         if schema["type"] == "definitions":
-            self.definitions = schema["definitions"]
+            self.definitions = schema["definitions"]  # pyright: ignore[reportAttributeAccessIssue]
             schema = schema["schema"]
         self.refs = {d["ref"]: d for d in self.definitions if "ref" in d}
-        model = self._resolve(schema)
+        model = self._resolve(schema)  # pyright: ignore[reportArgumentType]
         while model["type"] != "model":
             model = self._resolve(model["schema"])
         self.model = model
@@ -63,7 +63,7 @@ class _ModelSchema:
         # (with them) for a schema naming the class; a stand-in class only validates assignments.
         stand_in = type(cls.__name__, (), {})
         bare = {k: v for k, v in model.items() if k not in ("ref", "metadata")} | {"cls": stand_in}
-        self.root = SchemaValidator(self._wrap(bare), self.config)
+        self.root = SchemaValidator(self._wrap(bare), self.config)  # pyright: ignore[reportArgumentType]
 
     def _resolve(self, schema: dict) -> dict:
         while schema["type"] == "definition-ref":
@@ -89,8 +89,8 @@ class _ModelSchema:
             keys = schema.get("keys_schema")
             items_schema = self._resolve(schema.get(key, {"type": "any"}))
             schema = items_schema
-        keys_validator = SchemaValidator(self._wrap(keys), self.config) if keys is not None else None
-        return keys_validator, SchemaValidator(self._wrap(items_schema), self.config)
+        keys_validator = SchemaValidator(self._wrap(keys), self.config) if keys is not None else None  # pyright: ignore[reportArgumentType, reportPossiblyUnboundVariable]
+        return keys_validator, SchemaValidator(self._wrap(items_schema), self.config)  # pyright: ignore[reportArgumentType, reportPossiblyUnboundVariable]
 
 
 @cache
@@ -125,7 +125,7 @@ def check_changes(commit: Commit) -> None:
         object.__setattr__(root, "__dict__", before)
         object.__setattr__(root, "__pydantic_fields_set__", fields_set)
         if validated != value:
-            root.__dict__[field] = freeze(validated)
+            root.__dict__[field] = freeze(validated)  # pyright: ignore[reportIndexIssue]
     for entity in entities:
         _check_entity(entity)
 
@@ -155,7 +155,7 @@ def _check_entries(
     if type(new) is TSet:
         items = [v for v in set.__iter__(new) if v not in old]
         for value in items:
-            validated = items_validator.validate_python(_dump(value))
+            validated = items_validator.validate_python(_dump(value))  # pyright: ignore[reportOptionalMemberAccess]
             if validated != value:
                 set.discard(new, value)
                 set.add(new, freeze(validated))
@@ -170,16 +170,16 @@ def _check_entries(
         else:
             if key >= len(new):
                 continue
-            value = list.__getitem__(new, key)
+            value = list.__getitem__(new, key)  # pyright: ignore[reportArgumentType, reportCallIssue]
         if id(value) in new_ids:
             continue  # a new node itself: checked as its own unit
-        validated = items_validator.validate_python(_dump(value))
+        validated = items_validator.validate_python(_dump(value))  # pyright: ignore[reportOptionalMemberAccess]
         if _dump(validated) != _dump(value):
             frozen = freeze(validated)
             if type(new) is TDict:
                 dict.__setitem__(new, key, frozen)
             else:
-                list.__setitem__(new, key, frozen)
+                list.__setitem__(new, key, frozen)  # pyright: ignore[reportArgumentType, reportCallIssue]
 
 
 _MISSING: Any = object()

@@ -513,7 +513,7 @@ class _Freezer:
             if type(value) not in _LEAVES:
                 frozen = self.freeze(value)
                 if frozen is not value:
-                    fields[name] = frozen
+                    fields[name] = frozen  # pyright: ignore[reportIndexIssue]
         extra = model.__pydantic_extra__
         if extra:
             for name, value in extra.items():
@@ -692,7 +692,7 @@ class Transaction:
                 if fields.get(name, _MISSING) is not value:
                     keys.add(name)
                     if type(value) not in _LEAVES:
-                        current[name] = freezer.freeze(value)
+                        current[name] = freezer.freeze(value)  # pyright: ignore[reportIndexIssue]
             extra = model.__pydantic_extra__
             if extra:
                 for name, value in extra.items():

@@ -86,7 +86,7 @@ class Environment(Generic[S]):
         idempotent: bool | None = None,
         open_world: bool = False,
     ) -> Callable[[F], F]: ...
-    def tool(
+    def tool(  # pyright: ignore[reportInconsistentOverload]
         self,
         fn: F | None = None,
         /,
@@ -144,7 +144,7 @@ class Environment(Generic[S]):
         """The seed state, committed once and shared by every instance that starts from it."""
         if self._committed_seed is None:
             self._committed_seed = freeze(self.initial_state())
-        return self._committed_seed
+        return self._committed_seed  # pyright: ignore[reportReturnType]
 
     def instance(self, state: S | dict[str, Any] | None = None) -> Instance[S]:
         """A new live instance, starting from `state` or the seed state."""
@@ -176,7 +176,7 @@ class Instance(Generic[S]):
     def _coerce(self, state: S | dict[str, Any] | str | bytes) -> S:
         if isinstance(state, self.env.state_model):
             self.env.limits.check_state(state)
-            return state if is_committed(state) else freeze(thaw(state))
+            return state if is_committed(state) else freeze(thaw(state))  # pyright: ignore[reportReturnType]
         return freeze(self.env.parse_state(state))  # type: ignore[arg-type]
 
     def load_state(self, state: S | dict[str, Any] | str | bytes) -> None:
@@ -236,7 +236,7 @@ class Instance(Generic[S]):
 
     def _run(self, tool: Tool, state: S, kwargs: dict[str, Any]) -> ToolResult:
         try:
-            return tool.to_result(tool.fn(state, **kwargs))
+            return tool.to_result(tool.invoke(state, kwargs))
         except ToolError as exc:
             return ToolResult(error=str(exc) or f"{tool.name} failed")
         except CommittedStateError:

@@ -69,7 +69,7 @@ class Limits(BaseModel):
                 type(state).__name__,
                 [
                     {
-                        "type": pydantic_core.PydanticCustomError("state_too_large", problem),
+                        "type": pydantic_core.PydanticCustomError("state_too_large", problem),  # pyright: ignore[reportArgumentType]
                         "loc": (),
                         "input": f"<{type(state).__name__}>",
                     }

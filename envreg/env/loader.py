@@ -10,9 +10,10 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from envreg.config import images_root
+from envreg.config import foreign_code_allowed, images_root
 from envreg.env.environment import Environment
-from envreg.errors import EnvironmentNotFound
+from envreg.errors import EnvironmentNotFound, ForeignCode
+from envreg.protocol import FOREIGN_MARKER
 
 
 def resolve_folder(ref: str | os.PathLike[str]) -> Path:
@@ -40,8 +41,21 @@ class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
         return self.source_to_code(self.get_data(self.path), self.path)
 
 
+def is_foreign(folder: Path) -> bool:
+    """Whether the folder holds foreign code (an imported tool file), which runs only in a container sandbox."""
+    return (folder / FOREIGN_MARKER).is_file()
+
+
 @cache
 def _load(folder: Path) -> Environment:
+    if is_foreign(folder) and not foreign_code_allowed():
+        raise ForeignCode(
+            f"{folder.name} is a foreign environment ({folder / FOREIGN_MARKER}): envreg runs its code only "
+            "in a container sandbox, never on this host",
+            f"build its image (`envreg build {folder.name}`; `envreg manifest` and `envreg build` inspect it in a "
+            "sandbox) and use a container or instance sandbox; ENVREG_FOREIGN_CODE=allow imports it here, for code "
+            "you trust",
+        )
     module_name = f"envreg_env_{folder.name}_{abs(hash(folder)):x}"
     path = str(folder / "env.py")
     spec = importlib.util.spec_from_file_location(

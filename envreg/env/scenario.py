@@ -57,7 +57,11 @@ class CallOutcome:
     text: str
 
     def value(self) -> Any:
-        return json.loads(self.text)
+        """The result as JSON data; a text that is not JSON (a foreign tool's plain string) is itself."""
+        try:
+            return json.loads(self.text)
+        except json.JSONDecodeError:
+            return self.text
 
 
 @dataclass(slots=True)

@@ -65,7 +65,7 @@ class EnvregJsonSchema(GenerateJsonSchema):
 def _keep_notes(node: Any) -> None:
     """A field's own description replaces the type's: append the time note where it was lost."""
     if isinstance(node, dict):
-        note = _NOTES.get(node.get("pattern")) if node.get("type") == "string" else None
+        note = _NOTES.get(node.get("pattern")) if node.get("type") == "string" else None  # pyright: ignore[reportArgumentType]
         description = node.get("description")
         if note and isinstance(description, str) and "offset" not in description:
             sep = " " if description.rstrip().endswith((".", "!", "?")) else ". "

@@ -116,6 +116,51 @@ def format_validation_error(tool: str, exc: ValidationError) -> str:
     return f"Invalid arguments for tool {tool!r}: " + "; ".join(problems)
 
 
+_EMPTY = inspect.Parameter.empty
+
+
+@dataclass(frozen=True, slots=True)
+class Binder:
+    """How named JSON arguments reach a callable: positional-only parameters by position, the rest by name.
+
+    Arguments arrive as a JSON object, so every parameter is named; a parameter may carry any name
+    (``state``, ``self``, ``arguments``) without meeting one of the caller's own, since whatever the
+    caller passes first (`leading`: the state, an object) goes by position.
+    """
+
+    positional: tuple[tuple[str, Any], ...] = ()
+    """The positional-only parameters, in order, each with its default (`inspect.Parameter.empty`: none)."""
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any], *, skip: int = 0, what: str = "") -> Binder:
+        """The binder of `fn`'s parameters after the first `skip`; `TypeError` for ``*args``, which no
+        JSON object can name."""
+        params = list(inspect.signature(fn).parameters.values())[skip:]
+        for param in params:
+            if param.kind is param.VAR_POSITIONAL:
+                raise TypeError(
+                    f"{what or getattr(fn, '__qualname__', fn)}: *{param.name} cannot be served as a tool: "
+                    "an agent names every argument (a JSON object); give it named parameters instead"
+                )
+        return cls(tuple((p.name, p.default) for p in params if p.kind is p.POSITIONAL_ONLY))
+
+    def call(self, fn: Callable[..., Any], leading: tuple[Any, ...], arguments: dict[str, Any]) -> Any:
+        """``fn(*leading, ...arguments)``; a positional-only parameter left out before one given gets its default."""
+        if not self.positional:
+            return fn(*leading, **arguments)
+        named = dict(arguments)
+        given = [i for i, (name, _) in enumerate(self.positional) if name in named]
+        args = list(leading)
+        for name, default in self.positional[: given[-1] + 1 if given else 0]:
+            if name in named:
+                args.append(named.pop(name))
+            elif default is _EMPTY:
+                raise TypeError(f"missing required argument {name!r}")
+            else:
+                args.append(default)
+        return fn(*args, **named)
+
+
 @dataclass(frozen=True, slots=True)
 class ToolModels:
     """What a tool validates its arguments and results with, and the schemas it publishes."""
@@ -163,6 +208,11 @@ class Tool:
     annotations: ToolAnnotations
     build: Callable[[], ToolModels] | None = None
     built: ToolModels | None = None
+    binder: Binder = Binder()
+
+    def invoke(self, state: Any, arguments: dict[str, Any]) -> Any:
+        """Run the function on `state` with the parsed arguments (whatever their names)."""
+        return self.binder.call(self.fn, (state,), arguments)
 
     @property
     def models(self) -> ToolModels:
@@ -225,6 +275,7 @@ class Tool:
             description=description,
             annotations=annotations,
             build=lambda: _function_models(tool_name, fields, returns),
+            binder=Binder.of(fn, skip=1, what=f"tool {tool_name!r}"),
         )
 
     def parse_arguments(self, arguments: dict[str, Any] | None) -> dict[str, Any]:

@@ -183,6 +183,12 @@ def bake_command(
 
 
 def envreg_version(root: Path) -> str:
+    """The envreg version images are built for: the checkout's pyproject.toml, else the installed one."""
     import tomllib
 
-    return tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        return tomllib.loads(pyproject.read_text())["project"]["version"]
+    from importlib.metadata import version
+
+    return version("envreg")

@@ -9,24 +9,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envreg.config import checkout_root
+from envreg.config import envreg_home
+from envreg.resources import checkout_root, packaged_root
 
 
 def repo_root() -> Path:
-    """The envreg checkout: `$ENVREG_ROOT`, else the nearest folder above cwd holding docker-bake.hcl, else
-    the folder above the installed package."""
-    if (root := checkout_root()) is not None:
-        return root
-    here = Path.cwd().resolve()
-    for p in (here, *here.parents):
-        if (p / "docker-bake.hcl").is_file() and (p / "pyproject.toml").is_file():
-            return p
-    return Path(__file__).resolve().parent.parent.parent
+    """What images are built from: the envreg checkout in use (`envreg.resources.checkout_root`), else the
+    catalog the installed wheel carries."""
+    root = checkout_root() or packaged_root()
+    if root is None:
+        raise ImageBuildError(
+            "no envreg checkout and no packaged catalog to build images from: run inside a clone of envreg, "
+            "set ENVREG_ROOT to one, or install envreg from its wheel (it carries the catalog)"
+        )
+    return root
 
 
 @dataclass(frozen=True)
 class Paths:
+    """The build's inputs under `root` (a checkout, or a wheel's catalog) and where it caches and stages.
+
+    A checkout caches under its own `.cache/`; a wheel's catalog is read-only, so the cache is
+    `$ENVREG_HOME/cache/build/` there."""
+
     root: Path
+    checkout: bool = True
 
     @property
     def base_dir(self) -> Path:
@@ -46,7 +53,7 @@ class Paths:
 
     @property
     def cache(self) -> Path:
-        return self.root / ".cache"
+        return self.root / ".cache" if self.checkout else envreg_home() / "cache" / "build"
 
     @property
     def wheelhouse(self) -> Path:
@@ -58,7 +65,8 @@ class Paths:
 
 
 def paths() -> Paths:
-    return Paths(repo_root())
+    root = repo_root()
+    return Paths(root, checkout=root == checkout_root())
 
 
 class ImageBuildError(RuntimeError):

@@ -1,5 +1,6 @@
-"""Search: environments by name, description or tool, in the local index and a registry's metadata (the
-registry's HTTP API only: nothing pulled), and the manifest of a registry image without pulling it."""
+"""Search: environments by name, description or tool, in the local index, the committed manifests (the
+catalog: what `envreg build` would build) and a registry's metadata (the registry's HTTP API only: nothing
+pulled), and the manifest of a registry image without pulling it."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class SearchHit:
     name: str
     version: str
     description: str
-    where: str  # "local" or the registry repository ("host/repo")
+    where: str  # "local", "catalog" (a committed manifest, not built here) or the registry repository ("host/repo")
     matched: list[str]  # "name", "description", "tool:<name>"
     tools: list[str] = field(default_factory=list)
     image_id: str | None = None
@@ -71,6 +72,27 @@ def _cached_manifest(digest: str, index: LocalIndex) -> Manifest | None:
             m.verify()
             if m.digest == digest:
                 return m
+    return None
+
+
+def catalog_manifests(folder: Path | None = None) -> list[Manifest]:
+    """The committed manifests (`folder`, default `envreg.config.manifests_root`) that verify, by name."""
+    from envreg.config import manifests_root
+
+    found = []
+    for path in sorted((folder or manifests_root()).glob("*.json")):
+        with contextlib.suppress(ValueError, OSError):
+            m = Manifest.loads(path.read_text())
+            m.verify()
+            found.append(m)
+    return found
+
+
+def catalog_manifest(name: str, version: str | None = None, folder: Path | None = None) -> Manifest | None:
+    """The committed manifest of `name` (at `version`, when given), or None."""
+    for m in catalog_manifests(folder):
+        if m.name == name and version in (None, m.version):
+            return m
     return None
 
 
@@ -139,9 +161,12 @@ def search(
     index: LocalIndex | None = None,
     credentials: Credentials | bool | None = True,
     workers: int = 16,
+    manifests: Path | None = None,
 ) -> list[SearchHit]:
     """Environments whose name, description or tool names contain `text`, in the local index and (when given)
-    a registry. Registry images are read through the HTTP API only (nothing pulled)."""
+    a registry; then, for environments neither has, the committed manifests (`manifests`, default
+    `envreg.config.manifests_root`; `where="catalog"`: not built or pulled here). Registry images are read
+    through the HTTP API only (nothing pulled)."""
     index = index or LocalIndex()
     hits: list[SearchHit] = []
     for rec in index.list():
@@ -196,5 +221,14 @@ def search(
 
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 hits += [h for h in pool.map(one, images) if h]
-    hits.sort(key=lambda h: (h.name, h.where != "local", h.where, [-p for p in _numeric(h.version)]))
+    found = {h.name for h in hits}
+    for m in catalog_manifests(manifests):
+        tools = [t.name for t in m.tools]
+        matched = _match(text, m.name, m.description, tools, [t.description for t in m.tools])
+        if matched and m.name not in found:
+            hits.append(
+                SearchHit(m.name, m.version, m.description, "catalog", matched, tools, None, m.digest)
+            )
+    order = {"local": 0, "catalog": 1}
+    hits.sort(key=lambda h: (h.name, order.get(h.where, 2), h.where, [-p for p in _numeric(h.version)]))
     return hits

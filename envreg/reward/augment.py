@@ -35,10 +35,12 @@ Similarity = Embed | Literal["graph", "tfidf"]
 _WORD = re.compile(r"[a-z0-9]+")
 
 
-def load_catalog(folder: Path = Path("manifests")) -> dict[str, list[dict[str, Any]]]:
-    """Tools per environment, from the generated manifests (``manifests/*.json``)."""
+def load_catalog(folder: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Tools per environment, from the generated manifests (default: `envreg.config.manifests_root`)."""
+    from envreg.config import manifests_root
+
     catalog = {}
-    for path in sorted(folder.glob("*.json")):
+    for path in sorted((folder or manifests_root()).glob("*.json")):
         manifest = json.loads(path.read_text())
         catalog[manifest["name"]] = [
             {k: t[k] for k in ("name", "description", "inputSchema", "annotations") if k in t}
@@ -101,7 +103,7 @@ def graph_embed(cache_dir: Path | None = None) -> Embed:
             f"distractors by embeddings need the synth extra ({exc}): pip install 'envreg[synth]', "
             "or pass embed='tfidf'"
         ) from None
-    return make_embedder(cache_dir=cache_dir).encode
+    return make_embedder(cache_dir=cache_dir).encode  # pyright: ignore[reportReturnType]
 
 
 def rank_distractors(

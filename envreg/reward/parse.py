@@ -141,11 +141,11 @@ def _parse_call(item: Any, parsed: ParsedOutput) -> None:
         return
     env = item.get("env")
     body = item.get("function") if isinstance(item.get("function"), dict) else item
-    name = body.get("name", body.get("tool"))
+    name = body.get("name", body.get("tool"))  # pyright: ignore[reportOptionalMemberAccess]
     if not isinstance(name, str) or not name.strip():
         parsed.malformed.append(Malformed("tool call has no name", raw))
         return
-    arguments: Any = body.get("arguments", body.get("parameters", {}))
+    arguments: Any = body.get("arguments", body.get("parameters", {}))  # pyright: ignore[reportOptionalMemberAccess]
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}

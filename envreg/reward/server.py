@@ -91,13 +91,19 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if runtime is not None:
             state["scorer"] = Scorer(
-                runtime, isolation=config.isolation, options=config.options, sources=config.sources
+                runtime,
+                isolation=config.isolation,
+                options=config.options,
+                sources=config.sources,  # pyright: ignore[reportArgumentType]
             )
             yield
             return
         async with Runtime(pool=config.pool) as rt:
             state["scorer"] = Scorer(
-                rt, isolation=config.isolation, options=config.options, sources=config.sources
+                rt,
+                isolation=config.isolation,
+                options=config.options,
+                sources=config.sources,  # pyright: ignore[reportArgumentType]
             )
             yield
             await state["scorer"].close()
@@ -105,7 +111,7 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
     app = FastAPI(
         title="envreg reward",
         version="1",
-        description=__doc__,
+        description=__doc__,  # pyright: ignore[reportArgumentType]
         lifespan=lifespan,
         openapi_url=None,
         docs_url=None,
@@ -144,7 +150,7 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
     async def openapi() -> JSONResponse:
         return JSONResponse(app.openapi())
 
-    @app.get("/v1/healthz", response_model=Health, dependencies=auth, responses=errors)
+    @app.get("/v1/healthz", response_model=Health, dependencies=auth, responses=errors)  # pyright: ignore[reportArgumentType]
     async def healthz() -> Health:
         return Health(
             isolation=config.isolation,
@@ -154,7 +160,7 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
             scored=state["scored"],
         )
 
-    @app.post("/v1/score", response_model=ScoreResponse, dependencies=auth, responses=errors)
+    @app.post("/v1/score", response_model=ScoreResponse, dependencies=auth, responses=errors)  # pyright: ignore[reportArgumentType]
     async def score(body: ScoreRequest) -> Response:
         """Score a batch: one result (or error) per item, in order."""
         if len(body.items) > config.max_batch:

@@ -149,7 +149,7 @@ class LaneProtocol(HttpToolsProtocol):
         self._exchange: Exchange | None = None
         self._closing = False
         if not self.lane.hosts and self.server:
-            self.lane.bind(self.server[1])
+            self.lane.bind(self.server[1])  # pyright: ignore[reportArgumentType]
 
     def data_received(self, data: bytes) -> None:
         if not self._in_lane:
@@ -177,13 +177,13 @@ class LaneProtocol(HttpToolsProtocol):
             return
         body = bytes(buffer[end + 4 : total])
         del buffer[:total]
-        target = upstream.path.encode()
+        target = upstream.path.encode()  # pyright: ignore[reportAttributeAccessIssue]
         request = b"".join(
             [
                 b"POST ",
                 target,
                 b" HTTP/1.1\r\nhost: ",
-                f"{upstream.host}:{upstream.port}".encode(),
+                f"{upstream.host}:{upstream.port}".encode(),  # pyright: ignore[reportAttributeAccessIssue]
                 b"\r\ncontent-length: ",
                 str(len(body)).encode(),
                 b"\r\n",
@@ -193,7 +193,7 @@ class LaneProtocol(HttpToolsProtocol):
             ]
         )
         self.lane.calls += 1
-        self._exchange = Exchange(self, sandbox, (upstream.server_id, upstream.host, upstream.port), request)
+        self._exchange = Exchange(self, sandbox, (upstream.server_id, upstream.host, upstream.port), request)  # pyright: ignore[reportAttributeAccessIssue]
         self._exchange.keep_alive = keep_alive
         self._exchange.start()
 

@@ -248,7 +248,7 @@ class Gateway:
         try:
             await self._relay(sandbox, response.status, response.headers, response.body, receive, send)
         finally:
-            await response.body.aclose()
+            await response.body.aclose()  # pyright: ignore[reportAttributeAccessIssue]
 
     async def _stream(
         self,

@@ -254,6 +254,12 @@ class Runtime:
         if placement is not None:
             await placement.release(sandbox.server, sandbox.instance_id)
 
+    async def logs(self, sandbox: Sandbox, tail: int = 200) -> str:
+        """The last `tail` lines its environment server printed (on the instance tier, the shared
+        container's, for every sandbox it hosts)."""
+        placement = await self._placement(sandbox.isolation)
+        return await placement.backend.logs(sandbox.server, tail)
+
     # backends ---------------------------------------------------------------------------------
     async def _placement(self, isolation: str) -> Placement:
         if isolation == "local":

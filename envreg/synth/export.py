@@ -10,7 +10,7 @@ snapshot ids, state hashes). The formats are described in the README (Formats se
   turns and the tools of each conversation.
 - ``rl.parquet``: verl rows (``data_source``, ``prompt``, ``ability``, ``reward_model``, ``extra_info``), one per
   turn, with the ground-truth calls (masked arguments marked) and each environment's state before and
-  after the turn.
+  after the turn; ``verl_tools.yaml`` beside it is verl's tool config for its rows (`envreg.rollout.verl`).
 """
 
 from __future__ import annotations
@@ -57,9 +57,12 @@ def write_trajectories(path: Path | str, trajectories: Iterable[Trajectory]) -> 
 
 
 # ----------------------------------------------------------------------------------------- tools
-def tool_specs(trajectory: Trajectory, manifests: dict[str, Manifest]) -> list[dict[str, Any]]:
-    """The OpenAI function tools of a trajectory's environments (names as `function_name` gives)."""
-    names = [e.name for e in trajectory.envs]
+def tool_specs(
+    trajectory: Trajectory, manifests: dict[str, Manifest], names: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """The OpenAI function tools of a trajectory's environments (names as `function_name` gives over
+    `names`, by default the trajectory's environments)."""
+    names = names or [e.name for e in trajectory.envs]
     tools = []
     for ref in trajectory.envs:
         manifest = manifests.get(ref.name)
@@ -214,16 +217,29 @@ def _history(turn, envs: list[str]) -> list[dict[str, str]]:
 
 
 def rl_rows(
-    trajectory: Trajectory, manifests: dict[str, Manifest], start_index: int = 0, split: str = "train"
+    trajectory: Trajectory,
+    manifests: dict[str, Manifest],
+    start_index: int = 0,
+    split: str = "train",
+    names: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """verl rows, one per turn: the prompt is the conversation so far and the turn's query."""
+    """verl rows, one per turn: the prompt is the conversation so far and the turn's query.
+
+    Tools are named over `names` (default: the trajectory's environments; `export` gives every
+    environment of the file, so that one verl tool config serves all its rows). ``extra_info`` also
+    carries what verl's ``tool_agent`` loop reads: ``tools_kwargs`` (the row's task, for
+    `envreg.rollout.verl.EnvregTool`), ``interaction_kwargs`` and ``tool_selection``.
+    """
+    from envreg.rollout.verl_config import row_kwargs
+
     envs = [e.name for e in trajectory.envs]
-    tools = tool_specs(trajectory, manifests)
+    naming = names or envs
+    tools = tool_specs(trajectory, manifests, naming)
     rows = []
     history: list[dict[str, str]] = [{"role": "system", "content": SYSTEM_PROMPT}]
     for k, (turn, before) in enumerate(zip(trajectory.turns, _states_before(trajectory), strict=True)):
         ground_truth = [
-            {**_call_json(c, envs), "masked_arguments": c.masked, "env": c.env, "tool": c.tool}
+            {**_call_json(c, naming), "masked_arguments": c.masked, "env": c.env, "tool": c.tool}
             for c in turn.calls
         ]
         before_hash = trajectory.initial_state_sha256 if k == 0 else trajectory.turns[k - 1].state_sha256
@@ -250,7 +266,8 @@ def rl_rows(
                 },
             }
         )
-        history += _history(turn, envs)
+        rows[-1]["extra_info"].update(row_kwargs(rows[-1]))
+        history += _history(turn, naming)
     return rows
 
 
@@ -288,9 +305,15 @@ def export(
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from envreg.rollout.verl_config import write_tool_config
+
+        names = sorted({e.name for t in trajectories for e in t.envs})
         rows: list[dict[str, Any]] = []
         for t in trajectories:
-            rows += rl_rows(t, manifests, start_index=len(rows))
+            rows += rl_rows(t, manifests, start_index=len(rows), names=names)
         pq.write_table(pa.Table.from_pylist(rows), out / "rl.parquet")
         written["rl"] = out / "rl.parquet"
+        written["verl_tools"] = write_tool_config(
+            out / "verl_tools.yaml", [manifests[n] for n in names], names=names
+        )
     return written

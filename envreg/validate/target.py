@@ -33,9 +33,9 @@ class Target:
         ``calendar:1.0.0``, ``envreg/calendar:1.0.0``, ``calendar@sha256:...``)."""
         path = Path(given)
         if (path / "env.py").is_file():
-            from envreg.env import load_environment
+            from envreg.manifest import manifest_of
 
-            env = load_environment(path)
+            env = manifest_of(path)  # a foreign folder's in a container sandbox
             return cls(given, f"{env.name}:{env.version}", path.resolve())
         if given.endswith("/") or path.is_dir():
             raise EnvregError(

@@ -20,8 +20,10 @@ RUN --mount=type=bind,target=/ctx \
 COPY env/ /env/
 COPY manifest.json /env/manifest.json
 RUN find /env -newermt @1 -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
+# a foreign environment (an imported tool file, envreg.protocol.FOREIGN_MARKER) is imported only where this is set
 ENV ENVREG_ENV=/env \
-    ENVREG_MANIFEST=/env/manifest.json
+    ENVREG_MANIFEST=/env/manifest.json \
+    ENVREG_FOREIGN_CODE=allow
 USER 65534:65534
 WORKDIR /env
 EXPOSE 8000 8001

@@ -132,6 +132,16 @@ class Backend(abc.ABC):
     async def status(self, server: Server) -> str:
         """``"running"``, or why not (``"exited (exit code 137, OOM-killed)"``, ``"removed"``)."""
 
+    async def logs(self, server: Server, tail: int) -> str:
+        """The last `tail` lines of what the server printed (its container's output)."""
+        from envreg.errors import BadRequest
+
+        raise BadRequest(
+            f"{type(self).__name__} servers keep no log here",
+            "logs are kept for the Docker tiers (container, instance); a local sandbox runs in its runtime's "
+            "process, whose own output is its log",
+        )
+
     def watch(self, on_death: Callable[..., None]) -> None:  # noqa: B027 - optional
         """Call `on_death(server_id)` (or `on_death(server_id, reason)`) from the event loop when a server dies
         (backends that can tell)."""

@@ -138,7 +138,12 @@ class DockerBackend(Backend):
         await self._ensure_keeper(spec.key)
         async with self._starts:
             server = await anyio.to_thread.run_sync(self._run, spec, dedicated)
-            await self._wait_ready(server)
+            try:
+                await self._wait_ready(server)
+            except BaseException:  # a cancelled start too: nobody will ever release this container
+                with anyio.CancelScope(shield=True):
+                    await self.stop(server)
+                raise
         return server
 
     def _run(self, spec: EnvSpec, dedicated: bool) -> Server:
@@ -192,7 +197,7 @@ class DockerBackend(Backend):
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
             try:
-                await server.client.healthz()
+                await server.client.healthz()  # pyright: ignore[reportAttributeAccessIssue]
                 return
             except UpstreamError:
                 status = await self.status(server)
@@ -209,6 +214,11 @@ class DockerBackend(Backend):
                     ) from None
                 await anyio.sleep(0.02)
 
+    async def logs(self, server: Server, tail: int) -> str:
+        with engine_errors(f"reading the log of {server.spec.name} ({server.id[:12]})"):
+            data = await anyio.to_thread.run_sync(lambda: server.handle.logs(tail=tail))
+        return data.decode(errors="replace")
+
     def _logs(self, server: Server) -> str:
         try:
             return server.handle.logs(tail=20).decode(errors="replace")
@@ -222,13 +232,13 @@ class DockerBackend(Backend):
         if not self.recyclable or expires - time.time() < self.max_lifetime / 2:
             return False
         try:
-            ending = await server.client.recycle()
+            ending = await server.client.recycle()  # pyright: ignore[reportAttributeAccessIssue]
         except (UpstreamError, SandboxGone):  # an image from before recycling answers 409
             return False
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
             try:
-                if (await server.client.healthz()).get("generation", 0) > ending:
+                if (await server.client.healthz()).get("generation", 0) > ending:  # pyright: ignore[reportAttributeAccessIssue]
                     return True
             except UpstreamError:
                 if await self.status(server) != "running":

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from envreg.protocol import EXPIRES_LABEL, KEEPER_LABEL, MANAGED_LABEL, RUNTIME_LABEL
+from envreg.protocol import DEFAULT_GRACE, EXPIRES_LABEL, KEEPER_LABEL, MANAGED_LABEL, RUNTIME_LABEL
 
 logger = logging.getLogger("envreg.runtime")
-DEFAULT_GRACE = 30.0
 KEEPER_COMMAND = ["python3", "-c", "import sys; sys.stdin.buffer.read()"]
 
 
@@ -99,11 +98,12 @@ class Liveness:
 
 
 def collect_garbage(
-    client: Any, *, everything: bool = False, grace: float = DEFAULT_GRACE
+    client: Any, *, everything: bool = False, grace: float = DEFAULT_GRACE, dry_run: bool = False
 ) -> tuple[list[str], list[str]]:
     """Remove the envreg containers and networks nobody owns: their runtime's keeper has been gone for
     `grace` seconds, or their hard expiry passed. `everything` removes all of them, live runtimes'
-    included. Returns the names removed (containers, networks)."""
+    included. Returns the names removed (containers, networks); with `dry_run`, the names it would remove,
+    removing nothing."""
     import docker.errors
 
     now = time.time()
@@ -116,6 +116,9 @@ def collect_garbage(
         created = _epoch(container.attrs.get("Created", ""))
         expired = float(labels.get(EXPIRES_LABEL, "0") or 0) < now and EXPIRES_LABEL in labels
         if everything or expired or not liveness.owned(runtime, created, now, grace):
+            if dry_run:
+                removed_containers.append(container.name)
+                continue
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
                 removed_containers.append(container.name)
@@ -124,6 +127,9 @@ def collect_garbage(
         runtime = labels.get(RUNTIME_LABEL, "")
         created = _epoch(network.attrs.get("Created", ""))
         if everything or not liveness.owned(runtime, created, now, grace):
+            if dry_run:
+                removed_networks.append(network.name)
+                continue
             from envreg.runtime.backends.docker_network import remove_network
 
             try:

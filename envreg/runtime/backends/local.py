@@ -32,7 +32,7 @@ def environment_digest(env: Environment) -> str:
 def invalid_state(exc: ValidationError) -> InvalidState:
     return InvalidState(
         f"invalid state, nothing was changed: {exc}",
-        exc.errors(include_url=False, include_context=False),
+        exc.errors(include_url=False, include_context=False),  # pyright: ignore[reportArgumentType]
     )
 
 

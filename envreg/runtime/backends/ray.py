@@ -174,7 +174,7 @@ class RayBackend(Backend):
     def _check_reachable(self) -> None:
         """Refuse a ``HOST:PORT`` address nothing answers at, at once (``ray.init`` would retry for minutes)."""
         host, sep, port = (self.address or "").rpartition(":")
-        if not sep or not port.isdigit() or "://" in self.address:
+        if not sep or not port.isdigit() or "://" in self.address:  # pyright: ignore[reportOperatorIssue]
             return
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()

@@ -104,8 +104,8 @@ class NodeAgent:
         self._server = QuietServer(config)
         self._serving = asyncio.ensure_future(self._server.serve())
         while not self._server.started:
-            if self._serving.done():
-                raise EngineError(f"the node proxy did not start on {host}: {self._serving.exception()!r}")
+            if self._serving.done():  # pyright: ignore[reportOptionalMemberAccess]
+                raise EngineError(f"the node proxy did not start on {host}: {self._serving.exception()!r}")  # pyright: ignore[reportOptionalMemberAccess]
             await asyncio.sleep(0.01)
         port = self._server.servers[0].sockets[0].getsockname()[1]
         return {"host": host, "port": port, "node_id": ray.get_runtime_context().get_node_id()}

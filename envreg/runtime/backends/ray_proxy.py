@@ -75,7 +75,7 @@ class NodeProxy:
         # where the node's own client for that server goes, with the container's own token
         client = server.client
         base, auth = (
-            (client.agent_url, client.agent_auth) if plane == "agent" else (client.control_url, client.auth)
+            (client.agent_url, client.agent_auth) if plane == "agent" else (client.control_url, client.auth)  # pyright: ignore[reportAttributeAccessIssue]
         )
         address = urlsplit(base)
         host, port = address.hostname or "", address.port or 80
@@ -88,7 +88,7 @@ class NodeProxy:
                 try:
                     await relay(send, response.status, response.headers, response.body)
                 finally:
-                    await response.body.aclose()
+                    await response.body.aclose()  # pyright: ignore[reportAttributeAccessIssue]
                 return
             request = self.http.build_request(
                 scope["method"],

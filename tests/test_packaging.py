@@ -1,0 +1,283 @@
+"""envreg installs like a library: ranges in pyproject.toml with the exact pins in the locks, a wheel that
+carries the catalog and works outside any checkout, and a co-install beside vLLM, verl and LLaMA-Factory that
+downgrades none of their packages."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from envreg import __version__
+from envreg.resources import catalog_files
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def locked() -> dict[str, Version]:
+    pins = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if m := re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line):
+            pins[re.sub(r"[-_.]+", "-", m[1]).lower()] = Version(m[2])
+    return pins
+
+
+def requirements() -> list[Requirement]:
+    extras = PYPROJECT["optional-dependencies"]
+    reqs = [Requirement(r) for r in PYPROJECT["dependencies"]]
+    return reqs + [Requirement(r) for name, rs in extras.items() if name != "bench" for r in rs]
+
+
+def test_ranges_in_pyproject_and_exact_pins_only_in_the_lock() -> None:
+    pins = locked()
+    for req in requirements():
+        if req.name == "envreg":
+            continue
+        assert not any(s.operator == "==" for s in req.specifier), f"{req}: an exact pin belongs in the lock"
+        name = re.sub(r"[-_.]+", "-", req.name).lower()
+        assert name in pins, f"{req.name} is not in requirements.lock: run scripts/lock"
+        assert req.specifier.contains(pins[name], prereleases=True), (
+            f"the lock's {name} {pins[name]} is outside {req}"
+        )
+    assert PYPROJECT["version"] == __version__
+
+
+def test_server_dependencies_are_an_extra() -> None:
+    core = {Requirement(r).name for r in PYPROJECT["dependencies"]}
+    assert "fastapi" not in core and "uvloop" not in core
+    assert {Requirement(r).name for r in PYPROJECT["optional-dependencies"]["server"]} >= {
+        "fastapi",
+        "uvloop",
+    }
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel `pip wheel .` builds from this checkout (the build hook copies the catalog in)."""
+    out = tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (found,) = out.glob("envreg-*.whl")
+    return found
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_the_catalog_and_the_metadata(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        metadata = zf.read(f"envreg-{__version__}.dist-info/METADATA").decode()
+    expected = {f"envreg/_catalog/{rel}" for rel in catalog_files(ROOT)}
+    assert expected <= names, sorted(expected - names)[:10]
+    assert {
+        "envreg/py.typed",
+        "envreg/_catalog/docker-bake.hcl",
+        "envreg/_catalog/images/base/Dockerfile",
+    } <= names
+    assert sum(n.startswith("envreg/_catalog/manifests/") for n in names) == len(
+        list((ROOT / "manifests").glob("*.json"))
+    )
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+    assert f"envreg-{__version__}.dist-info/licenses/LICENSE" in names
+    assert "License-Expression: Apache-2.0" in metadata and "Requires-Python: >=3.11" in metadata
+    assert "Provides-Extra: server" in metadata and "Classifier: Typing :: Typed" in metadata
+
+
+def _venv(where: Path, wheel: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
+    proc = subprocess.run(
+        [
+            str(where / "bin/pip"),
+            "install",
+            "--quiet",
+            f"{wheel}[reward]",
+            "-c",
+            str(ROOT / "requirements.lock"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return where / "bin"
+
+
+@pytest.mark.slow
+def test_a_wheel_install_works_outside_any_checkout(wheel: Path, tmp_path: Path) -> None:
+    """pip install the wheel into a fresh venv, then from a folder that is no checkout: the catalog, search,
+    inspect, a local sandbox an MCP client plays, a local episode, and the verl reward function."""
+    bin_ = _venv(tmp_path / "venv", wheel)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVREG_")}
+    env |= {"ENVREG_HOME": str(tmp_path / "home"), "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+
+    def envreg(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(bin_ / "envreg"), *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    catalog = envreg("catalog", "--json")
+    assert catalog.returncode == 0, catalog.stderr
+    assert len(json.loads(catalog.stdout)) == len(list((ROOT / "manifests").glob("*.json")))
+    hits = json.loads(envreg("search", "get_directions", "--json").stdout)
+    assert [(h["name"], h["where"]) for h in hits] == [("maps", "catalog")]
+    assert json.loads(envreg("inspect", "maps", "--json").stdout)["manifest"]["name"] == "maps"
+
+    episode = envreg("episode", "calendar", "--isolation", "local", "--json", timeout=300)
+    assert episode.returncode == 0, episode.stderr
+    report = json.loads(episode.stdout)
+    assert report["state_matches"] is True and report["reward"]["reward"] == 1.0
+
+    proc = subprocess.Popen(
+        [str(bin_ / "envreg"), "run", "calendar", "--isolation", "local", "--json"],
+        cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        sandbox = json.loads(proc.stdout.readline())
+        assert sandbox["isolation"] == "local" and sandbox["mcp_url"].startswith("http://127.0.0.1:")
+        listed = _call_tools(sandbox["mcp_url"], sandbox["token"])
+        assert "list_calendars" in listed
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert proc.returncode in (0, 130, -15), proc.stderr.read() if proc.stderr else ""
+
+    engine = envreg("gc")
+    assert engine.returncode == 1 and "hint:" in engine.stderr and "setup-docker" not in engine.stderr
+
+    record = _verl_record()
+    score = subprocess.run(
+        [str(bin_ / "python"), "-c", VERL.format(record=record)],
+        cwd=work, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert score.returncode == 0, score.stderr
+    assert json.loads(score.stdout.strip().splitlines()[-1])["score"] == 1.0
+
+
+def _call_tools(url: str, token: str) -> list[str]:
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def main() -> list[str]:
+        async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                tools = await client.list_tools()
+                result = await client.call_tool("list_calendars", {})
+                assert not result.is_error
+                return [t.name for t in tools.tools]
+
+    return anyio.run(main)
+
+
+VERL = """
+import json
+from envreg.reward.verl import compute_score
+record = {record!r}
+calls = json.loads(record)["calls"]
+text = "".join('<tool_call>' + json.dumps({{"name": c["tool"], "arguments": c["arguments"]}}) + '</tool_call>' for c in calls)
+print(json.dumps(compute_score("envreg", text, record, {{}})))
+"""
+
+
+def _verl_record() -> str:
+    """A ground truth as the RL export writes it: a calendar scenario's calls, initial and final state."""
+    from envreg.env import load_environment, load_scenarios
+
+    env = load_environment(ROOT / "images" / "calendar")
+    scenario = next(s for s in load_scenarios(env.folder)[0] if s.initial_state)
+    instance = env.instance(scenario.initial_state)
+    calls = []
+    for step in scenario.steps:
+        outcome = instance.call_tool(step.tool, step.arguments)
+        if not outcome.is_error:
+            calls.append({"env": "calendar", "tool": step.tool, "arguments": step.arguments, "masked": []})
+    truth = {
+        "envs": ["calendar"],
+        "calls": calls,
+        "initial_states": {"calendar": scenario.initial_state},
+        "final_states": {"calendar": instance.state.to_json()},
+        "volatile": {"calendar": list(env.volatile)},
+    }
+    return json.dumps(truth)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# beside the RL stacks: pip's resolver, metadata only
+# ------------------------------------------------------------------------------------------------------------
+
+STACKS = {
+    "vllm": ["vllm==0.33.0"],
+    "verl": ["verl[vllm]==0.9.1"],
+    "llamafactory": ["llamafactory==0.9.5"],
+}
+
+
+def _dry_run(requirements: list[str], cache: Path) -> dict[str, str]:
+    """What `pip install --dry-run --report` would install here (CPython 3.11, linux x86_64) from PyPI alone
+    (`--isolated`: no local wheel folder, no constraints), name -> version; `cache` is pip's cache for this
+    run, so what it downloaded can be checked."""
+    report = cache / "report.json"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--ignore-installed", "--quiet",
+            "--report", str(report), "--cache-dir", str(cache / "pip"), "--prefer-binary", *requirements,
+        ],
+        capture_output=True, text=True, timeout=1500,
+        env={**os.environ, "PIP_CERT": os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt")},
+    )  # fmt: skip
+    if proc.returncode:
+        pytest.fail(f"pip could not resolve {requirements}:\n{proc.stderr[-3000:]}")
+    data = json.loads(report.read_text())
+    return {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in data["install"]}
+
+
+def _pypi_reachable() -> bool:
+    import httpx2
+
+    try:
+        return httpx2.head("https://pypi.org/simple/pip/", timeout=10).status_code < 500
+    except httpx2.HTTPError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # two resolutions of a whole RL stack against PyPI
+@pytest.mark.parametrize("stack", list(STACKS))
+def test_installing_beside_an_rl_stack_downgrades_none_of_its_packages(
+    stack: str, wheel: Path, tmp_path: Path
+) -> None:
+    """The stack alone, then the stack with the envreg wheel (and its server extra): every package the stack
+    resolved to keeps its version or moves up. Metadata only: no wheel of torch (CUDA or not) is downloaded."""
+    if not _pypi_reachable():
+        pytest.skip("PyPI is not reachable from here: the co-install check needs its metadata")
+    alone = _dry_run(STACKS[stack], tmp_path / "alone")
+    together = _dry_run([*STACKS[stack], f"{wheel}[server]"], tmp_path / "together")
+    assert "envreg" in together
+    downgraded = {
+        name: f"{version} -> {together.get(name, 'removed')}"
+        for name, version in alone.items()
+        if name not in together or Version(together[name]) < Version(version)
+    }
+    assert not downgraded, f"envreg downgrades {stack}'s packages: {downgraded}"
+    big = [
+        p for p in (tmp_path / "together" / "pip").rglob("*") if p.is_file() and p.stat().st_size > 50_000_000
+    ]
+    assert not big, f"the dry run downloaded whole wheels: {big}"
