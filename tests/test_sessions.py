@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -271,3 +273,29 @@ def raw_post(port: int, path: str, body: bytes, headers: dict[str, str]) -> tupl
             data += chunk
     status_line, _, rest = data.partition(b"\r\n")
     return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2].decode()
+
+
+@pytest.mark.parametrize("entry", [["envreg.cli.main", "serve-env"], ["envreg.server"]], ids=["cli", "image"])
+@pytest.mark.parametrize(
+    "flag", [["--max-sessions", "0"], ["--session-idle-timeout", "0"]], ids=["cap", "idle"]
+)
+def test_limits_that_cannot_work_are_refused_saying_why(entry: list[str], flag: list[str]) -> None:
+    args = [
+        sys.executable,
+        "-m",
+        *entry,
+        COUNTER,
+        "--token",
+        "t",
+        "--port",
+        "0",
+        "--control-port",
+        "0",
+        *flag,
+    ]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0, proc.stderr  # nothing was started
+    assert (
+        "error: session limits must be positive" in proc.stderr and "hint: give --max-sessions" in proc.stderr
+    )
+    assert "Traceback" not in proc.stderr

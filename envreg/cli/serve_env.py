@@ -72,24 +72,24 @@ def serve_env(
     token = token or os.environ.get(ENV_TOKEN)
     if not token:
         raise fail("the control plane needs a token", f"pass --token or set {ENV_TOKEN}", 2)
-    serve(
-        ServerConfig(
-            env=env,
-            host=host,
-            port=port,
-            control_port=control_port,
-            token=token,
-            max_instances=max_instances,
-            max_body=max_body,
-            snapshot_budget=snapshot_cache_mb * 1024 * 1024,
-            fast_path=fast_path,
-            preload_sdk=preload_sdk,
-            agent_token=agent_token or os.environ.get(ENV_AGENT_TOKEN) or None,
-            max_sessions=max_sessions,
-            max_sessions_per_instance=max_sessions_per_instance,
-            session_idle_timeout=session_idle_timeout,
-        )
+    config = ServerConfig(
+        env=env,
+        host=host,
+        port=port,
+        control_port=control_port,
+        token=token,
+        max_instances=max_instances,
+        max_body=max_body,
+        snapshot_budget=snapshot_cache_mb * 1024 * 1024,
+        fast_path=fast_path,
+        preload_sdk=preload_sdk,
+        agent_token=agent_token or os.environ.get(ENV_AGENT_TOKEN) or None,
+        max_sessions=max_sessions,
+        max_sessions_per_instance=max_sessions_per_instance,
+        session_idle_timeout=session_idle_timeout,
     )
+    config.session_limits()  # bad limits are refused here, before anything starts
+    serve(config)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,10 +8,8 @@ gateway shuts down, so an environment server never holds a stream nobody reads.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import Any
 
 import anyio
 import httpx2
@@ -25,12 +23,15 @@ from envreg.runtime.backends.base import Upstream
 from envreg.runtime.sandbox import Sandbox
 from envreg.runtime.upstream import READ_TIMEOUT, UpstreamPool
 from envreg.server.http import (
+    INTERNAL_ERROR,
     BodyTooLarge,
+    Call,
     bearer_matches,
-    jsonrpc_error,
-    jsonrpc_request,
+    error_body,
+    mcp_call,
     read_body,
     send_bytes,
+    send_error,
 )
 
 logger = logging.getLogger("envreg.gateway")
@@ -55,13 +56,6 @@ HOW_TO_AUTHENTICATE = (
     "(`sb.token` in Python, printed by `envreg run`, `token` in the `POST /v1/sandboxes` response)"
 )
 ENDED_POLL_SECONDS = 1.0
-INVALID_REQUEST = -32600
-INTERNAL_ERROR = -32603
-_MCP_HEADERS = (b"mcp-session-id", b"mcp-protocol-version")
-
-Call = tuple[bool, Any]
-"""What a request was: whether it is an MCP (JSON-RPC) one, and the id to answer it with."""
-NOT_JSONRPC: Call = (False, None)
 
 
 def sandbox_id_from_path(path: str) -> str | None:
@@ -69,39 +63,6 @@ def sandbox_id_from_path(path: str) -> str | None:
         return None
     parts = path[len(PREFIX) :].rstrip("/").split("/")
     return parts[0] if len(parts) == 2 and parts[1] == "mcp" and parts[0] else None
-
-
-def mcp_call(scope: Scope, body: bytes | None) -> Call:
-    """A POST whose body is JSON-RPC (with `body` None, unread: a JSON one), or a GET / DELETE with MCP
-    headers, is an MCP request: its errors are JSON-RPC errors, which every MCP client shows."""
-    if scope["method"] == "POST":
-        if body is not None:
-            return jsonrpc_request(body)
-        content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
-        return content_type.lower().startswith(b"application/json"), None
-    return any(k in _MCP_HEADERS for k, _ in scope["headers"]), None
-
-
-def error_body(
-    message: str, call: Call = NOT_JSONRPC, code: int = INVALID_REQUEST, data: dict[str, Any] | None = None
-) -> bytes:
-    """A JSON-RPC error for an MCP request, else ``{"error": message}``."""
-    answer = jsonrpc_error(call[1], code, message, data) if call[0] else {"error": message}
-    return json.dumps(answer).encode()
-
-
-async def send_error(
-    send: Send,
-    status: int,
-    message: str,
-    headers: Iterable[tuple[bytes, bytes]] = (),
-    *,
-    call: Call = NOT_JSONRPC,
-    code: int = INVALID_REQUEST,
-    data: dict[str, Any] | None = None,
-) -> None:
-    """An error answer (`error_body`)."""
-    await send_bytes(send, status, error_body(message, call, code, data), headers=headers)
 
 
 def upstream_error_body(status: int, message: str, call: Call, sandbox_id: str) -> bytes:

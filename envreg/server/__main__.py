@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the control plane needs a token: pass --token or set {ENV_TOKEN}", file=sys.stderr)
         return 2
     trace = Startup() if startup_trace() else None
+    from envreg.errors import BadRequest
     from envreg.server.app import ServerConfig, serve
 
     if trace:
@@ -105,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         max_sessions_per_instance=args.max_sessions_per_instance,
         session_idle_timeout=args.session_idle_timeout,
     )
+    try:
+        config.session_limits()
+    except BadRequest as exc:
+        print(f"error: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        return 2
     on_ready = trace.report if trace else None
     if config.recyclable:
         from envreg.server.recycle import prepare, serve_recyclable

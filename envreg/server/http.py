@@ -78,6 +78,14 @@ def bearer_matches(scope: Scope, expected: str) -> bool:
     return hmac.compare_digest(bearer_token(scope) or b"", expected.encode())
 
 
+INVALID_REQUEST = -32600
+INTERNAL_ERROR = -32603
+Call = tuple[bool, Any]
+"""What a request was: whether it is an MCP (JSON-RPC) one, and the id to answer it with."""
+NOT_JSONRPC: Call = (False, None)
+_MCP_HEADERS = (b"mcp-session-id", b"mcp-protocol-version")
+
+
 def jsonrpc_error(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
     """A JSON-RPC 2.0 error response (`rid` None when the request's id is unknown)."""
     error: dict[str, Any] = {"code": code, "message": message}
@@ -86,20 +94,7 @@ def jsonrpc_error(rid: Any, code: int, message: str, data: Any = None) -> dict[s
     return {"jsonrpc": "2.0", "id": rid, "error": error}
 
 
-async def send_jsonrpc_error(
-    send: Send,
-    status: int,
-    rid: Any,
-    code: int,
-    message: str,
-    data: Any = None,
-    headers: Iterable[tuple[bytes, bytes]] = (),
-) -> None:
-    body = json.dumps(jsonrpc_error(rid, code, message, data), separators=(",", ":")).encode()
-    await send_bytes(send, status, body, headers=headers)
-
-
-def jsonrpc_request(body: bytes) -> tuple[bool, Any]:
+def jsonrpc_request(body: bytes) -> Call:
     """Whether `body` is a JSON-RPC message (an object with "jsonrpc" or "method", or a batch), and the
     id to answer it with (None when it has none)."""
     try:
@@ -112,6 +107,39 @@ def jsonrpc_request(body: bytes) -> tuple[bool, Any]:
         return False, None
     rid = message.get("id")
     return True, rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+
+
+def mcp_call(scope: Scope, body: bytes | None) -> Call:
+    """A POST whose body is JSON-RPC (with `body` None, unread: a JSON one), or a GET / DELETE with MCP
+    headers, is an MCP request: its errors are JSON-RPC errors, which every MCP client shows."""
+    if scope["method"] == "POST":
+        if body is not None:
+            return jsonrpc_request(body)
+        content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
+        return content_type.lower().startswith(b"application/json"), None
+    return any(k in _MCP_HEADERS for k, _ in scope["headers"]), None
+
+
+def error_body(
+    message: str, call: Call = NOT_JSONRPC, code: int = INVALID_REQUEST, data: dict[str, Any] | None = None
+) -> bytes:
+    """A JSON-RPC error for an MCP request (`mcp_call`), else ``{"error": message}``."""
+    answer = jsonrpc_error(call[1], code, message, data) if call[0] else {"error": message}
+    return json.dumps(answer).encode()
+
+
+async def send_error(
+    send: Send,
+    status: int,
+    message: str,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+    *,
+    call: Call = NOT_JSONRPC,
+    code: int = INVALID_REQUEST,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """An error answer (`error_body`)."""
+    await send_bytes(send, status, error_body(message, call, code, data), headers=headers)
 
 
 class KeepAlive:

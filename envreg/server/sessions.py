@@ -29,8 +29,16 @@ import anyio
 import anyio.abc
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from envreg.errors import BadRequest
 from envreg.protocol import SESSION_IDLE_TIMEOUT
-from envreg.server.http import BodyTooLarge, read_body, replay, send_bytes, send_jsonrpc_error
+from envreg.server.http import (
+    INTERNAL_ERROR,
+    BodyTooLarge,
+    read_body,
+    replay,
+    send_bytes,
+    send_error,
+)
 from envreg.server.instances import instance_id_from_path
 
 SESSION_BYTES = 48 * 1024
@@ -45,8 +53,6 @@ ENDED_KEPT = 4096
 """Ended sessions remembered, so that a client using one is told why it ended."""
 logger = logging.getLogger("envreg.server")
 
-INVALID_REQUEST = -32600
-INTERNAL_ERROR = -32603
 SESSION_HEADER = b"mcp-session-id"
 VERSION_HEADER = b"mcp-protocol-version"
 REINITIALIZE = "initialize a new session (POST an initialize request without Mcp-Session-Id)"
@@ -98,8 +104,13 @@ class SessionLimits:
             max_sessions = max(16, min(MAX_SESSIONS, memory // MEMORY_SHARE // SESSION_BYTES))
         if max_per_instance is None:
             max_per_instance = max(4, max_sessions // PER_INSTANCE_SHARE)
-        if max_sessions < 1 or max_per_instance < 1 or not idle_timeout > 0:
-            raise ValueError("session limits must be positive")
+        if max_sessions < 1 or max_per_instance < 1 or not 0 < idle_timeout < float("inf"):
+            raise BadRequest(
+                f"session limits must be positive: {max_sessions} sessions, {max_per_instance} per instance, "
+                f"an idle timeout of {idle_timeout:g} s",
+                "give --max-sessions, --max-sessions-per-instance and --session-idle-timeout values above 0, "
+                "or leave them out (sized to the memory limit, 60 s)",
+            )
         return cls(max_sessions, min(max_per_instance, max_sessions), idle_timeout, memory)
 
     def stats(self, open_sessions: int = 0, evicted: int = 0, expired: int = 0) -> dict[str, Any]:
@@ -216,7 +227,7 @@ class SessionGate:
                 return
             problem, rid, method = self._envelope(body)
             if problem is not None:
-                await send_jsonrpc_error(send, 400, rid, INVALID_REQUEST, problem)
+                await send_error(send, 400, problem, call=(True, rid))
                 return
             receive = replay(body, receive)
         if session_id is None:
@@ -249,7 +260,7 @@ class SessionGate:
         if initialize:
             refused = await self._admit(instance)
             if refused is not None:
-                await send_jsonrpc_error(send, 503, rid, INTERNAL_ERROR, refused)
+                await send_error(send, 503, refused, call=(True, rid), code=INTERNAL_ERROR)
                 return
         session: _Session | None = None
 
@@ -282,7 +293,7 @@ class SessionGate:
             self._end(session, "expired")
             session = None
         if session is None:
-            await send_jsonrpc_error(send, 404, rid, INVALID_REQUEST, self._gone(session_id))
+            await send_error(send, 404, self._gone(session_id), call=(True, rid))
             return
         session.in_flight += 1
         self._touch(session)
