@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from envreg.env import load_environment, load_scenarios
+from envreg.env import load_environment, load_scenarios, states_equal
 from envreg.manifest import build_manifest
+from envreg.reward.answer import answer_facts, render_facts
 from envreg.synth.records import Call, EnvRef, ExecutedCall, Trajectory, Turn
 
 
-def scenario_truth(env_name: str, scenario_name: str | None = None) -> dict[str, Any]:
-    """A ground truth whose calls, results and final state come from executing a scenario locally."""
+def scenario_truth(env_name: str, scenario_name: str | None = None, results: bool = True) -> dict[str, Any]:
+    """A ground truth whose calls, results and final state come from executing a scenario locally;
+    a read-only one carries the oracle's answer (its facts). `results=False`: without the calls'
+    results, as records made before they were kept."""
     env = load_environment(env_name)
     scenarios, _ = load_scenarios(env.folder)
     scenario = next(s for s in scenarios if scenario_name in (None, s.name))
@@ -20,16 +23,21 @@ def scenario_truth(env_name: str, scenario_name: str | None = None) -> dict[str,
     calls = []
     for step in scenario.steps:
         result = instance.call_tool(step.tool, step.arguments)
-        calls.append(
-            {"env": env.name, "tool": step.tool, "arguments": step.arguments, "is_error": result.is_error}
-        )
+        call = {"env": env.name, "tool": step.tool, "arguments": step.arguments, "is_error": result.is_error}
+        calls.append({**call, "result": result.text if result.is_error else result.value})
+    final = instance.state.to_json()
+    read_only = states_equal(initial, final, env.volatile)
+    answer = (
+        render_facts(answer_facts([c["result"] for c in calls if not c["is_error"]])) if read_only else ""
+    )
     return {
         "id": f"{env.name}/{scenario.name}",
         "envs": [env.name],
-        "calls": calls,
+        "calls": calls if results else [{k: v for k, v in c.items() if k != "result"} for c in calls],
         "initial_states": {env.name: initial},
-        "final_states": {env.name: instance.state.to_json()},
+        "final_states": {env.name: final},
         "volatile": {env.name: list(env.volatile)},
+        "answer": answer,
     }
 
 
@@ -72,18 +80,27 @@ def executed_trajectory(env_name: str, scenario_name: str | None = None, seed: i
     )
 
 
-def as_tool_call_tags(calls: list[dict[str, Any]], qualify: str = "") -> str:
-    """Model text in the Hermes / Qwen style: one ``<tool_call>`` tag per call; names qualified
-    with their environment and `qualify` as separator (``.``, or ``__`` as the RL export names them)."""
+def stepwise_trajectory(env_name: str, scenario_name: str, seed: int = 0) -> Trajectory:
+    """A scenario executed on the local tier as a record with one turn per step (each turn's state,
+    results and facts kept), as synthesis records them: its RL export has one row per step."""
+    from envreg.synth.scenarios import scenario_record
+
+    return scenario_record(env_name, scenario_name, seed)
+
+
+def as_tool_call_tags(calls: list[dict[str, Any]], qualify: str = "", answer: str = "") -> str:
+    """Model text in the Hermes / Qwen style: one ``<tool_call>`` tag per call, then `answer`; names
+    qualified with their environment and `qualify` as separator (``.``, or ``__`` as the RL export names them)."""
     parts = ["I will do that now."]
     for c in calls:
         name = f"{c['env']}{qualify}{c['tool']}" if qualify else c["tool"]
         parts.append(f"<tool_call>\n{json.dumps({'name': name, 'arguments': c['arguments']})}\n</tool_call>")
-    return "\n".join(parts)
+    return "\n".join([*parts, answer])
 
 
-def as_openai_messages(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An OpenAI chat transcript: assistant messages with ``tool_calls`` and their tool answers."""
+def as_openai_messages(calls: list[dict[str, Any]], answer: str = "") -> list[dict[str, Any]]:
+    """An OpenAI chat transcript: assistant messages with ``tool_calls`` and their tool answers, then
+    the assistant's `answer` (when given)."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": "please"}]
     for i, c in enumerate(calls):
         call_id = f"call_{i}"
@@ -101,7 +118,16 @@ def as_openai_messages(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
         messages.append({"role": "tool", "tool_call_id": call_id, "content": "..."})
+    if answer:
+        messages.append({"role": "assistant", "content": answer})
     return messages
 
 
-__all__ = ["Call", "as_openai_messages", "as_tool_call_tags", "executed_trajectory", "scenario_truth"]
+__all__ = [
+    "Call",
+    "as_openai_messages",
+    "as_tool_call_tags",
+    "executed_trajectory",
+    "scenario_truth",
+    "stepwise_trajectory",
+]

@@ -49,14 +49,19 @@ class ScriptedModel:
     """Answers each kind of prompt the pipeline sends; its solver replays the calls hidden in the queries.
 
     Solving attempts behave in turn: one sends malformed tool-call JSON first and then recovers, one
-    refuses, one answers without calling anything.
+    refuses, one answers without calling anything; ``skip_reads`` answers "Done!" to a turn that
+    only reads (its calls all list_, get_, find_ or search_) and makes the other turns' calls.
     """
 
-    def __init__(self, behaviours=("malformed", "refuse", "lazy"), refuse_all: bool = False) -> None:
+    def __init__(
+        self, behaviours=("malformed", "refuse", "lazy"), refuse_all: bool = False, judge_ok: bool = True
+    ) -> None:
         self.behaviours = behaviours
         self.refuse_all = refuse_all
+        self.judge_ok = judge_ok
         self.attempts = 0
         self.graph_answers = 0
+        self.judged: list[str] = []
 
     def __call__(self, body: dict) -> dict:
         messages = body["messages"]
@@ -64,6 +69,9 @@ class ScriptedModel:
             return text("I'm sorry, but I can't help with that request.")
         if body.get("tools"):
             return self.solve(messages)
+        if messages[0]["content"].startswith("You review conversations"):
+            self.judged.append(messages[1]["content"])
+            return text(json.dumps({"ok": self.judge_ok, "reason": "scripted verdict"}))
         if messages[0]["content"].startswith("You are simulating a user"):
             transcript = messages[-1]["content"]
             if "Which one do you mean?" in transcript and "go ahead" not in transcript:
@@ -120,6 +128,9 @@ class ScriptedModel:
             i for i, m in enumerate(messages) if m["role"] == "user" and "[[calls:" in (m["content"] or "")
         )
         calls = json.loads(CALLS.search(messages[start]["content"]).group(1))
+        reads = ("list_", "get_", "find_", "search_")
+        if behaviour == "skip_reads" and all(c["name"].split("__")[-1].startswith(reads) for c in calls):
+            return text("Done!")
         after = messages[start + 1 :]
         issued = sum(
             1 for m in after if m["role"] == "tool" and not m["content"].startswith("Invalid tool call")
@@ -132,4 +143,7 @@ class ScriptedModel:
             return tool_calls((calls[0]["name"], '{"oops": not json'))
         if issued < len(calls):
             return tool_calls((calls[issued]["name"], json.dumps(calls[issued]["arguments"])))
-        return text("All done: everything you asked for is taken care of.")
+        results = [
+            m["content"] for m in after if m["role"] == "tool" and not m["content"].startswith("Invalid")
+        ]
+        return text("All done: everything you asked for is taken care of. I got: " + " ".join(results))

@@ -45,8 +45,9 @@ def test_score_prints_a_table_and_a_summary(tmp_path, items) -> None:
     proc = envreg("reward", "score", str(path))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].split()[:4] == ["#", "ID", "REWARD", "R_TRAJ"]
+    assert lines[0].split()[:8] == ["#", "ID", "REWARD", "GATE", "R_TRAJ", "R_STATE", "R_RESP", "R_ANS"]
     assert "bank/pay_new_payee_chain" in lines[1] and "1.000" in lines[1]
+    assert "no_calls" in lines[4], "a malformed answer earns nothing, and the table says why"
     assert "4 scored, 0 failed" in proc.stderr
 
 
@@ -59,6 +60,7 @@ def test_score_json_has_every_component(tmp_path, items) -> None:
     assert [r["reward"] == 1.0 for r in results] == [True, True, False, False]
     assert 0 < results[2]["r_state"] < 1, "partial credit for a partial run"
     assert results[3]["malformed"] == 1 and results[3]["p_format"] == 1.0
+    assert results[3]["reward"] == 0.0 and results[3]["gate"] == "no_calls"
     for key in ("r_traj", "r_state", "p_length", "p_format", "states", "calls", "missing"):
         assert key in results[0]
 
@@ -180,3 +182,15 @@ def test_fuzz_the_api_against_its_own_document(server) -> None:
                     assert response.json()["error"]
 
             check()
+
+
+def test_the_answer_check_can_be_turned_off_for_a_blind_policy(tmp_path) -> None:
+    """A policy that emits its calls without seeing their results cannot state what they found."""
+    truth = scenario_truth("papers", "follow_citations_and_authors")
+    path = tmp_path / "blind.jsonl"
+    path.write_text(json.dumps({"record": truth, "output": as_tool_call_tags(truth["calls"])}) + "\n")
+    checked = envreg("reward", "score", str(path), "--json")
+    blind = envreg("reward", "score", str(path), "--json", "--no-check-answer")
+    assert checked.returncode == blind.returncode == 0, checked.stderr + blind.stderr
+    assert json.loads(checked.stdout)["result"]["reward"] == 0.5
+    assert json.loads(blind.stdout)["result"]["reward"] == 1.0

@@ -35,10 +35,12 @@ async def score(truth, output, **options):
 @pytest.mark.parametrize(("env", "scenario"), catalog_scenarios())
 async def test_the_oracle_scores_one_in_every_output_format(env, scenario) -> None:
     truth = scenario_truth(env, scenario)
+    answer = truth["answer"]  # a read-only scenario's answer states what was found
+    messages = as_openai_messages(truth["calls"])
     for output in (
-        as_tool_call_tags(truth["calls"]),
-        as_openai_messages(truth["calls"]),
-        json.dumps({"tool_calls": [m["tool_calls"][0] for m in as_openai_messages(truth["calls"])[1::2]]}),
+        as_tool_call_tags(truth["calls"], answer=answer),
+        as_openai_messages(truth["calls"], answer=answer),
+        json.dumps({"tool_calls": [m["tool_calls"][0] for m in messages[1::2]], "content": answer}),
     ):
         result = await score(truth, output)
         assert result.r_traj == 1.0 and result.r_state == 1.0, result.missing

@@ -50,11 +50,11 @@ def test_compute_score_on_a_verl_parquet_file(rl_parquet) -> None:
     reward_kwargs = {"alpha": 0.5, "gamma": 0.1}
     for row in rows:
         truth = row["reward_model"]["ground_truth"]
-        calls = json.loads(truth)
-        # the response a policy would produce: the oracle's calls, errors included
+        calls, answer = json.loads(truth)["calls"], json.loads(truth)["answer"]
+        # the response a policy would produce: the oracle's calls, errors included, and its answer
         result = compute_score(
             data_source=row["data_source"],
-            solution_str=as_tool_call_tags(calls),
+            solution_str=as_tool_call_tags(calls, answer=answer),
             ground_truth=truth,
             extra_info=row["extra_info"],
             reward_router_address=None,  # verl passes extra keywords; they are ignored
@@ -62,12 +62,13 @@ def test_compute_score_on_a_verl_parquet_file(rl_parquet) -> None:
         )
         assert result["score"] == 1.0, (row["extra_info"], result)
         assert all(isinstance(v, float) for v in result.values())
-        last = len(calls) - 1
-        missing_one = as_tool_call_tags(calls[:last] + calls[last + 1 :])
+        last = max(i for i, c in enumerate(calls) if not c["is_error"])  # drop the last call it must make
+        missing_one = as_tool_call_tags(calls[:last] + calls[last + 1 :], answer=answer)
         wrong = compute_score(row["data_source"], missing_one, truth, row["extra_info"], **reward_kwargs)
         assert wrong["score"] < 1.0 and wrong["r_traj"] < 1.0
         empty = compute_score(row["data_source"], "I cannot help with that.", truth, row["extra_info"])
         assert empty["r_traj"] == 0.0 and empty["predicted_calls"] == 0.0
+        assert empty["score"] == 0.0 and empty["gated"] == 1.0, "a refusal earns nothing"
 
 
 def test_a_whole_record_as_ground_truth() -> None:

@@ -20,7 +20,7 @@ from envreg.synth.export import export, read_trajectories
 from envreg.synth.records import Trajectory, split_function_name
 from envreg.synth.replay import replay
 from envreg.synth.sample import Binding, Step
-from envreg.synth.values import ArgumentFiller, coerce, extract, fits, records
+from envreg.synth.values import SAME_ID, ArgumentFiller, coerce, extract, fits, records
 
 runner = CliRunner()
 N = 24
@@ -70,6 +70,30 @@ def test_state_values_come_from_one_record() -> None:
         assert (arguments["origin"], arguments["destination"], arguments["date"]) in flights
         assert masked == []
     assert "flights.*" in records(state) and "users.*.payment_methods.*" in records(state)
+
+
+def test_two_ids_of_one_call_are_never_the_same() -> None:
+    """Issue 21: bank/transfer got the same account twice (the run's most frequent refusal)."""
+    graph = catalog_graph()
+    opened = Step("bank/open_account", {})
+    listed = Step("bank/list_accounts", {})
+    source = "bank/open_account:out:account.id"
+    transfer = Step(
+        "bank/transfer",
+        {
+            "bank/transfer:in:from_account_id": Binding("step", 1, source),
+            "bank/transfer:in:to_account_id": Binding("step", 1, source),
+            "bank/transfer:in:amount_cents": Binding("user"),
+        },
+    )
+    new_account = {"account": {"id": "acc_0009", "currency": "EUR"}}
+    accounts = [{"id": "acc_0001"}, {"id": "acc_0009"}]
+    for seed in range(20):
+        filler = ArgumentFiller(graph, {"bank": {}}, random.Random(seed), [listed, opened, transfer])
+        arguments, _ = filler.fill(transfer, {0: accounts, 1: new_account})
+        assert {arguments["from_account_id"], arguments["to_account_id"]} == {"acc_0001", "acc_0009"}
+    alone = ArgumentFiller(graph, {"bank": {}}, random.Random(0), [listed, opened, transfer])
+    assert alone.fill(transfer, {1: new_account}) is None and alone.problem == SAME_ID, "no second account"
 
 
 # ---------------------------------------------------------------------------------- trajectories
@@ -180,6 +204,76 @@ def test_sft_sharegpt(exported) -> None:
     assert loaded.num_rows == len(trajectories) and "conversations" in loaded.column_names
 
 
+def test_openai_messages(exported) -> None:
+    from envreg.reward.answer import missing_facts
+
+    trajectories, written = exported
+    records = [json.loads(line) for line in written["messages"].read_text().splitlines()]
+    assert len(records) == len(trajectories)
+    for record, t in zip(records, trajectories, strict=True):
+        messages, envs = record["messages"], [e.name for e in t.envs]
+        assert messages[0]["role"] == "system" and messages[1] == {
+            "role": "user",
+            "content": t.turns[0].query,
+        }
+        issued, calls = set(), []
+        for m in messages:
+            for c in m.get("tool_calls") or ():
+                assert m["role"] == "assistant" and c["type"] == "function"
+                issued.add(c["id"])
+                calls.append(
+                    (
+                        *split_function_name(c["function"]["name"], envs),
+                        json.loads(c["function"]["arguments"]),
+                    )
+                )
+            if m["role"] == "tool":
+                assert m["tool_call_id"] in issued, "every result answers a call made before it"
+        assert calls == [(c.env, c.tool, c.arguments) for c in t.calls]
+        answers = [m["content"] for m in messages if m["role"] == "assistant" and not m.get("tool_calls")]
+        assert len(answers) == len(t.turns)
+        for answer, turn in zip(answers, t.turns, strict=True):
+            assert not missing_facts(turn.facts or [], answer), (
+                "a read-only turn's answer states what was found"
+            )
+        names = {tool["function"]["name"] for tool in record["tools"]}
+        assert {c["function"]["name"] for m in messages for c in m.get("tool_calls") or ()} <= names
+        assert record["envreg"]["trajectory_id"] == t.id
+
+
+def test_hugging_face_datasets(exported) -> None:
+    import datasets
+
+    trajectories, written = exported
+    dataset = datasets.load_from_disk(str(written["hf"]))
+    assert isinstance(dataset, datasets.DatasetDict) and set(dataset) == {"train", "test"}
+    assert sum(split.num_rows for split in dataset.values()) == len(trajectories)
+    features = dataset["train"].features
+    call = features["messages"].feature["tool_calls"].feature
+    assert call["function"]["arguments"] == datasets.Value("string"), (
+        "arguments as JSON text, as OpenAI sends them"
+    )
+    assert features["tools"] == datasets.Value("string") and features["envs"] == datasets.List(
+        datasets.Value("string")
+    )
+    by_id = {t.id: t for t in trajectories}
+    plain = {
+        json.loads(line)["envreg"]["trajectory_id"]: json.loads(line)
+        for line in written["messages"].read_text().splitlines()
+    }
+    for row in dataset["train"]:
+        t = by_id[row["id"]]
+        assert [m["role"] for m in row["messages"]] == [m["role"] for m in plain[t.id]["messages"]]
+        assert json.loads(row["tools"]) == plain[t.id]["tools"]
+        assert json.loads(row["provenance"])["snapshot_ids"] == t.snapshot_ids
+    from envreg.synth.export import hf_dataset
+
+    again = hf_dataset(trajectories, manifests_by_name(), test_fraction=0.5)
+    assert again["test"].num_rows > 0 and [r["id"] for r in again["test"]] == [
+        r["id"] for r in hf_dataset(trajectories, manifests_by_name(), test_fraction=0.5)["test"]
+    ], "a record's split follows from its id"
+
+
 def test_rl_parquet_for_verl(exported) -> None:
     import datasets
 
@@ -196,15 +290,40 @@ def test_rl_parquet_for_verl(exported) -> None:
         assert row["prompt"][-1] == {"role": "user", "content": turn.query}
         assert row["prompt"][0]["role"] == "system"
         truth = json.loads(row["reward_model"]["ground_truth"])
-        assert [(c["env"], c["tool"], c["arguments"], c["masked_arguments"]) for c in truth] == [
-            (c.env, c.tool, c.arguments, c.masked) for c in turn.calls
-        ]
+        assert [
+            (c["env"], c["tool"], c["arguments"], c["masked_arguments"], c["result"]) for c in truth["calls"]
+        ] == [(c.env, c.tool, c.arguments, c.masked, c.result) for c in turn.calls]
+        assert truth["facts"] == turn.facts and truth["answer"] == turn.answer
         before = t.initial_states if info["turn"] == 0 else t.turns[info["turn"] - 1].states
         assert json.loads(info["initial_states"]) == before
         assert json.loads(info["final_states"]) == turn.states
         assert json.loads(info["provenance"])["snapshot_ids"] == t.snapshot_ids
     loaded = datasets.load_dataset("parquet", data_files=str(written["rl"]), split="train")
     assert loaded.num_rows == len(rows) and loaded[0]["data_source"] == "envreg"
+
+
+def test_doing_nothing_earns_nothing_on_any_rl_row(exported) -> None:
+    """Issue 21: an empty answer scored 0.5 on every turn that changed no state (and malformed calls 0.4)."""
+    from envreg.reward.score import Scorer
+    from envreg.reward.truth import read_truth
+
+    _, written = exported
+    rows = pq.read_table(written["rl"]).to_pylist()
+    nothing = [
+        "",
+        "Sure, done!",
+        "I'm sorry, I can't help with that.",
+        '<tool_call>{"name": oops</tool_call>',
+    ]
+
+    async def scores():
+        async with Runtime() as rt:
+            scorer = Scorer(rt)
+            truths = [read_truth(r["reward_model"]["ground_truth"], r["extra_info"]) for r in rows]
+            return [[(await scorer.score(t, output)).reward for output in nothing] for t in truths]
+
+    worst = max(max(row) for row in anyio.run(scores))
+    assert worst <= 0.1, f"doing nothing scored {worst} on some row"
 
 
 # -------------------------------------------------------------------------------------------- CLI
@@ -220,8 +339,10 @@ def test_cli_run_replay_export(tmp_path, monkeypatch) -> None:
         "graph.json",
         "trajectories.jsonl",
         "sft.json",
+        "messages.jsonl",
         "rl.parquet",
         "envfactory",
+        "hf",
     }
     replayed = runner.invoke(app, ["synth", "replay", str(out / "trajectories.jsonl")])
     assert replayed.exit_code == 0 and "6 match, 0 differ" in replayed.output

@@ -340,7 +340,7 @@ def test_npm_missing_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_cli_usage_errors_and_list() -> None:
     runner = CliRunner()
     r = runner.invoke(app, ["validate"])
-    assert r.exit_code == 2 and "give environments to validate" in r.output
+    assert r.exit_code == 2 and "no environments to validate" in r.output and "--all" in r.output
     r = runner.invoke(app, ["validate", "calendar", "--check", "nope"])
     assert r.exit_code == 2 and "'nope' matches no check" in r.output
     r = runner.invoke(app, ["validate", "--list"])

@@ -73,6 +73,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "registry": ("registry", "A local OCI registry (CNCF Distribution) to push to and pull from."),
     "reward": ("reward", "Score model outputs by replaying them in sandboxes against trajectory records."),
     "synth": ("synth", "Synthesis: tool graph, executed multi-turn trajectories, SFT / RL exports."),
+    "augment": (
+        "augment",
+        "Augment records and scenarios with COVERT's families; write only the variants that pass verification.",
+    ),
     "adapters": ("adapters", "Foreign environments served through envreg."),
     "import": ("importers", "Import environments written for other frameworks."),
     "eval": (

@@ -27,7 +27,6 @@ def manifest(
     from envreg.config import images_root
     from envreg.env import EnvironmentNotFound
     from envreg.env.loader import known_names
-    from envreg.errors import EnvregError
     from envreg.manifest import check_manifest, manifest_of, write_manifest
 
     refs = envs or known_names()
@@ -41,7 +40,7 @@ def manifest(
     for ref in refs:
         try:
             env = manifest_of(ref)  # a foreign folder's in a container sandbox
-        except (EnvironmentNotFound, TypeError, ValueError, EnvregError) as exc:
+        except (EnvironmentNotFound, TypeError, ValueError) as exc:
             raise fail(str(exc), getattr(exc, "hint", None) or "check the environment's env.py", 2) from None
         if check:
             problem = check_manifest(env, out_dir)

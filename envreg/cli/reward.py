@@ -33,6 +33,13 @@ Gamma = Annotated[float, typer.Option(help="Weight of the length penalty.")]
 Beta = Annotated[float, typer.Option(help="Weight of the format penalty (malformed calls).")]
 Ordered = Annotated[bool, typer.Option("--ordered", help="Oracle calls must appear in their order.")]
 Partial = Annotated[bool, typer.Option("--partial-state", help="Entity-level partial credit for R_state.")]
+CheckAnswer = Annotated[
+    bool,
+    typer.Option(
+        "--check-answer/--no-check-answer",
+        help="Read-only turns: the answer must state the facts (off for a policy that never sees results).",
+    ),
+]
 Sources = Annotated[
     list[str] | None,
     typer.Option("--env", help="NAME=FOLDER: where to find an environment the records name (repeatable)."),
@@ -73,6 +80,7 @@ def score(
     beta: Beta = 0.1,
     ordered: Ordered = False,
     partial_state: Partial = False,
+    check_answer: CheckAnswer = True,
     oracle: Annotated[
         bool, typer.Option("--oracle", help="Score each record's own calls (a check of the records).")
     ] = False,
@@ -98,7 +106,14 @@ def score(
         raise fail(str(exc), 2) from None
     if not items:
         raise fail(f"{file} holds no items", 2)
-    options = ScoreOptions(alpha=alpha, gamma=gamma, beta=beta, ordered=ordered, partial_state=partial_state)
+    options = ScoreOptions(
+        alpha=alpha,
+        gamma=gamma,
+        beta=beta,
+        ordered=ordered,
+        partial_state=partial_state,
+        check_answer=check_answer,
+    )
 
     async def main() -> tuple[list[ItemResult], float]:
         async with Runtime(pool={isolation: concurrency} if isolation != "local" else None) as rt:
@@ -145,18 +160,19 @@ def score(
 def _table(results) -> None:
     out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     table = Table(box=None, pad_edge=False)
-    for column in ("#", "ID", "REWARD", "R_TRAJ", "R_STATE", "P_LEN", "P_FMT", "CALLS", "MATCHED",
-                   "UNKNOWN", "BAD ARGS", "ERRORS", "MALFORMED"):  # fmt: skip
-        table.add_column(column, justify="left" if column in ("ID",) else "right")
+    for column in ("#", "ID", "REWARD", "GATE", "R_TRAJ", "R_STATE", "R_RESP", "R_ANS", "P_LEN", "P_FMT",
+                   "CALLS", "MATCHED", "UNKNOWN", "BAD ARGS", "ERRORS", "MALFORMED"):  # fmt: skip
+        table.add_column(column, justify="left" if column in ("ID", "GATE") else "right")
     for r in results:
         b = r.result
         if b is None:
-            table.add_row(str(r.index), "[red]error[/]", *[""] * 11)
+            table.add_row(str(r.index), "[red]error[/]", *[""] * 14)
             continue
         table.add_row(
-            str(r.index), b.id or "-", f"{b.reward:.3f}", f"{b.r_traj:.3f}", f"{b.r_state:.3f}",
-            f"{b.p_length:.3f}", f"{b.p_format:.3f}", str(b.predicted_calls), f"{b.matched_calls}/{b.expected_calls}",
-            str(b.unknown_tools), str(b.bad_arguments), str(b.tool_errors + b.injected_errors), str(b.malformed),
+            str(r.index), b.id or "-", f"{b.reward:.3f}", b.gate or "-", f"{b.r_traj:.3f}", f"{b.r_state:.3f}",
+            f"{b.r_response:.3f}", f"{b.r_answer:.3f}", f"{b.p_length:.3f}", f"{b.p_format:.3f}",
+            str(b.predicted_calls), f"{b.matched_calls}/{b.expected_calls}", str(b.unknown_tools),
+            str(b.bad_arguments), str(b.tool_errors + b.injected_errors), str(b.malformed),
         )  # fmt: skip
     out.print(table)
 
@@ -178,6 +194,7 @@ def serve(
     beta: Beta = 0.1,
     ordered: Ordered = False,
     partial_state: Partial = False,
+    check_answer: CheckAnswer = True,
     env: Sources = None,
 ) -> None:
     """Serve POST /v1/score (batched, OpenAPI at /openapi.json) until Ctrl-C."""
@@ -197,7 +214,12 @@ def serve(
         max_batch=max_batch,
         pool={isolation: pool} if isolation != "local" else {},
         options=ScoreOptions(
-            alpha=alpha, gamma=gamma, beta=beta, ordered=ordered, partial_state=partial_state
+            alpha=alpha,
+            gamma=gamma,
+            beta=beta,
+            ordered=ordered,
+            partial_state=partial_state,
+            check_answer=check_answer,
         ),
         sources=_sources(env),
     )

@@ -76,14 +76,39 @@ def _build(
         loaded = load_manifests(_manifests(manifests), envs)
     except (FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    with console.status(f"embedding the parameters of {len(loaded)} environments ({embedding_model})"):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]graph"),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    ) as progress:
+        task = progress.add_task(f"embedding the parameters of {len(loaded)} environments", total=None)
+
+        def embedded(done: int, total: int) -> None:
+            if not total:
+                progress.update(task, completed=1, total=1, description="embeddings from the cache")
+                return
+            progress.update(task, completed=done, total=total)
+            if done == total:
+                progress.update(task, description="embedded; scoring pairs, making edges")
+
         graph = build_graph(
             loaded,
             make_embedder(embedding_model, base_url=embeddings_url),
             threshold=threshold,
             llm=llm,
             refine=refine,
+            progress=embedded,
         )
+    timings = graph.timings
+    err.print(
+        f"graph built: embedding {timings['embedding']:.1f}s ({embedding_model}), "
+        f"pairs and edges {timings['edges']:.1f}s"
+    )
     return loaded, graph
 
 
@@ -200,8 +225,13 @@ def run_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("synth-out"),
     fmt: Annotated[
         list[str] | None,
-        typer.Option("--format", help="trajectories, envfactory, sft, rl (repeatable; default all)."),
+        typer.Option(
+            "--format", help="trajectories, envfactory, sft, messages, rl, hf (repeatable; default all)."
+        ),
     ] = None,
+    test_fraction: Annotated[
+        float, typer.Option(min=0, max=1, help="Share of the trajectories in the hf export's test split.")
+    ] = 0.1,
     graph_path: Annotated[
         Path | None, typer.Option("--graph", help="A graph from `envreg synth graph` (built when omitted).")
     ] = None,
@@ -217,6 +247,13 @@ def run_cmd(
     model: ModelOpt = None,
     api_key_env: KeyEnvOpt = "OPENAI_API_KEY",
     k: Annotated[int, typer.Option("-k", help="Solving attempts per chain with an LLM (pass@k).")] = 3,
+    round_size: Annotated[
+        int, typer.Option(min=1, help="With an LLM: chains per round; accepted ones seed the next rounds.")
+    ] = 8,
+    seed_pool: Annotated[
+        int,
+        typer.Option(min=0, help="With an LLM: most accepted requests kept as examples for later rounds."),
+    ] = 16,
     as_json: JsonOpt = False,
 ) -> None:
     """Sample chains, execute them in sandboxes, write the trajectories and their exports."""
@@ -263,6 +300,8 @@ def run_cmd(
                 initial=initial,
                 llm=llm,
                 k=k,
+                round_size=round_size,
+                seed_pool=seed_pool,
             )
             with Progress(
                 TextColumn("[bold]synth"),
@@ -297,7 +336,7 @@ def run_cmd(
         ) from None
     trajectories = result.trajectories
     try:
-        written = export(trajectories, out, {m.name: m for m in loaded}, formats)
+        written = export(trajectories, out, {m.name: m for m in loaded}, formats, test_fraction)
     except ExportError as exc:
         raise _fail(str(exc)) from None
     calls = sum(len(t.calls) for t in trajectories)
@@ -310,6 +349,7 @@ def run_cmd(
                 "calls": calls,
                 "seconds": round(seconds, 2),
                 "skipped": dict(result.skipped),
+                "rejected_turns": dict(result.rejections) if llm is not None else None,
                 "written": {name: str(path) for name, path in written.items()},
             }
         )
@@ -332,6 +372,11 @@ def run_cmd(
         table.add_row(f"  skipped: {reason}", str(count))
     for reason, count in synth.failures.most_common(3):
         table.add_row(f"  failed call: {reason[:70]}", str(count))
+    if llm is not None:
+        from envreg.synth.verify import LEVELS
+
+        for level in LEVELS:
+            table.add_row(f"  solved turns rejected: {level}", str(result.rejections[level]))
     if result.llm_stats:
         for key, value in result.llm_stats.items():
             table.add_row(f"  llm {key}", str(value))
@@ -349,12 +394,17 @@ def export_cmd(
     trajectories: Annotated[Path, typer.Argument(help="A trajectories.jsonl from `envreg synth run`.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("synth-export"),
     fmt: Annotated[
-        list[str] | None, typer.Option("--format", help="envfactory, sft, rl, trajectories (repeatable).")
+        list[str] | None,
+        typer.Option("--format", help="envfactory, sft, messages, rl, hf, trajectories (repeatable)."),
     ] = None,
     manifests: ManifestsOpt = None,
+    test_fraction: Annotated[
+        float, typer.Option(min=0, max=1, help="Share of the trajectories in the hf export's test split.")
+    ] = 0.1,
     as_json: JsonOpt = False,
 ) -> None:
-    """Export existing trajectory records to EnvFactory, SFT (LLaMA-Factory) and RL (verl) formats."""
+    """Export trajectory records: EnvFactory, SFT (LLaMA-Factory sharegpt, OpenAI messages), RL (verl),
+    Hugging Face datasets."""
     from envreg.synth.export import FORMATS, export, read_trajectories
     from envreg.synth.graph import load_manifests
 
@@ -362,7 +412,11 @@ def export_cmd(
         records = read_trajectories(trajectories)
         loaded = load_manifests(_manifests(manifests), sorted({e.name for t in records for e in t.envs}))
         written = export(
-            records, out, {m.name: m for m in loaded}, fmt or [f for f in FORMATS if f != "trajectories"]
+            records,
+            out,
+            {m.name: m for m in loaded},
+            fmt or [f for f in FORMATS if f != "trajectories"],
+            test_fraction,
         )
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None

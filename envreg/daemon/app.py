@@ -293,7 +293,12 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
         "/v1/sandboxes/{sandbox_id}/logs",
         response_model=m.LogInfo,
         dependencies=auth,
-        responses={**COMMON, **NOT_FOUND, **ENGINE},
+        responses={
+            **COMMON,
+            **NOT_FOUND,
+            409: {**ERR, "description": "The sandbox's tier keeps no log (a local sandbox)."},
+            **ENGINE,
+        },
         tags=["sandboxes"],
     )
     async def get_logs(

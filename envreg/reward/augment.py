@@ -10,7 +10,10 @@ sb = await rt.sandbox("calendar", isolation="container", augment=config)   # MCP
 labels = await sb.augmentation_labels()                                     # exported with the record
 ```
 
-Distractors are the tools of *other* environments most similar to this environment's own tools.
+Distractors are tools of *other* environments, drawn by their similarity to this environment's own
+tools: ``overlap="high"`` takes the most similar ones (decoys that look like the real tools),
+``"medium"`` draws from the `pool` times as many most similar ones, ``"low"`` from the least similar
+half (decoys easy to tell apart).
 Similarity is the cosine of text vectors of each tool (name, description, parameter names): by
 default the synth graph's embeddings (`envreg.synth.embed`, sentence-transformers all-MiniLM-L6-v2,
 cached by content digest; needs ``envreg[synth]``), or any `embed` function, or ``embed="tfidf"``:
@@ -31,6 +34,8 @@ from typing import Any, Literal
 from envreg.env.augment import Augmentation, Format, unit
 
 Embed = Callable[[list[str]], Sequence[Sequence[float]]]
+Overlap = Literal["high", "medium", "low"]
+OVERLAPS: tuple[Overlap, ...] = ("high", "medium", "low")
 Similarity = Embed | Literal["graph", "tfidf"]
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -155,17 +160,28 @@ def augmentation_for(
     catalog: dict[str, list[dict[str, Any]]] | None = None,
     embed: Similarity = "graph",
     pool: int = 3,
+    overlap: Overlap = "medium",
 ) -> Augmentation:
     """A deterministic augmentation for one sandbox of `env`.
 
-    `distractors` decoys are drawn (by the seed) from the `pool` * `distractors` most similar tools
-    of the other environments of `catalog` (default: ``manifests/``), by `embed` (see the module).
+    `distractors` decoys are drawn (by the seed) from the tools of the other environments of `catalog`
+    (default: ``manifests/``) ranked by `embed` (see the module), as `overlap` says.
     """
+    if overlap not in OVERLAPS:
+        raise ValueError(f"overlap must be one of {', '.join(OVERLAPS)}, not {overlap!r}")
     decoys: list[dict[str, Any]] = []
     if distractors > 0:
-        ranked = rank_distractors(env, catalog if catalog is not None else load_catalog(), embed)
-        candidates = [tool for _, tool in ranked[: max(distractors, pool * distractors)]]
-        candidates.sort(key=lambda t: unit(seed, "decoy", t["name"]))
+        ranked = [
+            tool
+            for _, tool in rank_distractors(env, catalog if catalog is not None else load_catalog(), embed)
+        ]
+        if overlap == "high":
+            candidates = ranked[:distractors]
+        elif overlap == "medium":
+            candidates = ranked[: max(distractors, pool * distractors)]
+        else:
+            candidates = ranked[len(ranked) // 2 :]
+        candidates = sorted(candidates, key=lambda t: unit(seed, "decoy", t["name"]))
         decoys = candidates[:distractors]
     return Augmentation(
         seed=seed, formats=formats or ["json"], noise=noise, errors=errors, distractors=decoys
@@ -174,10 +190,17 @@ def augmentation_for(
 
 # query rewriting -------------------------------------------------------------------------------------
 REWRITE_SYSTEM = (
-    "You rewrite user requests to a tool-using assistant. Keep the meaning and every concrete value "
-    "(names, ids, emails, numbers, amounts, dates, times, places) exactly as written; change the wording, "
-    'the order and the tone. Answer with JSON only: {"query": "<the rewritten request>"}.'
+    "You rewrite user requests to a tool-using assistant. {level} Change the wording, the order and the "
+    'tone. Answer with JSON only: {{"query": "<the rewritten request>"}}.'
 )
+INDIRECTION = {
+    1: "Keep the meaning and every concrete value (names, ids, emails, numbers, amounts, dates, times, "
+    "places) exactly as written.",
+    2: "Keep the meaning. Values the conversation already produced (listed as known) may be referred to "
+    "instead of repeated ('the account from before', 'that flight'); keep every other value exactly.",
+    3: "Say the user's goal rather than the steps, as a person would. Values the conversation already "
+    "produced (listed as known) may be referred to instead of repeated; keep every other value exactly.",
+}
 
 
 def query_values(query: str, arguments: list[Any]) -> list[str]:
@@ -200,16 +223,21 @@ def query_values(query: str, arguments: list[Any]) -> list[str]:
     return found
 
 
-async def rewrite_queries(record: Any, llm: Any) -> Any:
+async def rewrite_queries(record: Any, llm: Any, indirection: int = 1) -> Any:
     """A copy of the `Trajectory` whose turns' queries an LLM rewrote, oracle preserved.
 
-    A rewrite is kept only when it still spells out every value of the turn's oracle calls that the
-    original query spelled out (`query_values`), so the same calls answer it; otherwise, or when the
-    model refuses or never answers the asked JSON, the original query stays. Each turn's outcome is
-    labelled in ``meta["augmentation_labels"]["queries"]``: ``rewritten``, or ``kept`` with the reason.
-    `llm` is an `envreg.synth.llm.LLMConfig` (any OpenAI-compatible endpoint).
+    `indirection`: 1 paraphrases (every value kept), 2 may refer to values earlier turns produced
+    instead of repeating them, 3 says the goal rather than the steps (with the same references). A
+    rewrite is kept only when it still spells out every value of the turn's oracle calls that the
+    original spelled out and that no earlier result gave (`query_values`), so the same calls answer
+    it; otherwise, or when the model refuses or never answers the asked JSON, the original stays.
+    Each turn is labelled in ``meta["augmentation_labels"]["queries"]``: ``rewritten`` (with the
+    indirection level), or ``kept`` with the reason. `llm` is an `envreg.synth.llm.LLMConfig`.
     """
     from envreg.synth.llm import chat_json
+
+    if indirection not in INDIRECTION:
+        raise ValueError(f"indirection must be 1, 2 or 3, not {indirection!r}")
 
     def check(value: Any) -> None:
         if (
@@ -221,9 +249,17 @@ async def rewrite_queries(record: Any, llm: Any) -> Any:
 
     out = record.model_copy(deep=True)
     labels = []
+    produced: list[Any] = []  # results of the turns before: what a rewrite may refer to
+    system = REWRITE_SYSTEM.format(level=INDIRECTION[indirection])
     for index, turn in enumerate(out.turns):
-        needed = query_values(turn.query, [c.arguments for c in turn.calls])
-        answer = await chat_json(llm, REWRITE_SYSTEM, f"Request: {turn.query}", check)
+        spelled = query_values(turn.query, [c.arguments for c in turn.calls])
+        known = set(query_values(json.dumps(produced, ensure_ascii=False), [c.arguments for c in turn.calls]))
+        needed = spelled if indirection == 1 else [v for v in spelled if v not in known]
+        prompt = f"Request: {turn.query}"
+        if indirection > 1 and known:
+            prompt += f"\nKnown from earlier in the conversation: {', '.join(sorted(known))}"
+        produced += [c.result for c in turn.calls if not c.is_error]
+        answer = await chat_json(llm, system, prompt, check)
         if answer is None:
             labels.append({"turn": index, "kind": "kept", "reason": "no valid answer from the model"})
             continue
@@ -232,7 +268,9 @@ async def rewrite_queries(record: Any, llm: Any) -> Any:
         if lost:
             labels.append({"turn": index, "kind": "kept", "reason": f"the rewrite lost {lost}"})
             continue
-        labels.append({"turn": index, "kind": "rewritten", "original": turn.query})
+        labels.append(
+            {"turn": index, "kind": "rewritten", "indirection": indirection, "original": turn.query}
+        )
         turn.query = rewritten
     out.meta.setdefault("augmentation_labels", {})["queries"] = labels
     return out

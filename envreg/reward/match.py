@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
 
-from envreg.canonical import canonical_json
 from envreg.env.scenario import strip_volatile
 
 
@@ -33,6 +33,17 @@ def values_match(expected: Any, got: Any, rel_tol: float, abs_tol: float) -> boo
             and all(values_match(a, b, rel_tol, abs_tol) for a, b in zip(expected, got, strict=True))
         )
     return expected == got
+
+
+def normalized_arguments(environment: Any, tool: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
+    """Arguments as the tool of `environment` itself reads them (defaults filled, values in JSON form);
+    as written when they are invalid; None when the environment has no such tool."""
+    if environment is None or tool not in environment.tools:
+        return None
+    try:
+        return environment.tools[tool].arguments_model.model_validate(arguments).model_dump(mode="json")
+    except Exception:  # invalid arguments: compare them as written
+        return arguments
 
 
 def arguments_match(
@@ -107,20 +118,27 @@ def json_equal(a: Any, b: Any) -> bool:
     return isinstance(a, int | float) and isinstance(b, int | float) and a == b
 
 
-def entities(state: dict[str, Any]) -> dict[str, str]:
+def entities(state: dict[str, Any]) -> dict[str, Any]:
     """A state as entities: each item of a collection (an object of objects, or a list of objects
-    with an ``id``) is one entity; any other top-level field is one entity. Values are canonical JSON."""
-    out: dict[str, str] = {}
+    with an ``id``) is one entity; any other top-level field is one entity."""
+    out: dict[str, Any] = {}
     for key, value in state.items():
         if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
             for item_key, item in value.items():
-                out[f"{key}.{item_key}"] = canonical_json(item)
+                out[f"{key}.{item_key}"] = item
         elif isinstance(value, list) and value and all(isinstance(v, dict) and "id" in v for v in value):
             for item in value:
-                out[f"{key}[{item['id']}]"] = canonical_json(item)
+                out[f"{key}[{item['id']}]"] = item
         else:
-            out[key] = canonical_json(value)
+            out[key] = value
     return out
+
+
+_ABSENT = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (a is not _ABSENT and b is not _ABSENT and json_equal(a, b))
 
 
 def entity_score(
@@ -128,11 +146,65 @@ def entity_score(
 ) -> tuple[float, list[str]]:
     """Partial credit: the share of entities that the oracle or the prediction changed which end as
     the oracle's. Returns the score and the entities that differ (1.0 and none when the states are equal)."""
-    before, want, have = (entities(strip_volatile(s, volatile)) for s in (initial, expected, got))
+    if volatile:
+        initial, expected, got = (strip_volatile(s, volatile) for s in (initial, expected, got))
+    before, want, have = entities(initial), entities(expected), entities(got)
     relevant = sorted(
-        k for k in want.keys() | have.keys() if want.get(k) != before.get(k) or have.get(k) != before.get(k)
+        k
+        for k in want.keys() | have.keys()
+        if not _same(want.get(k, _ABSENT), before.get(k, _ABSENT))
+        or not _same(have.get(k, _ABSENT), before.get(k, _ABSENT))
     )
-    wrong = [k for k in relevant if want.get(k) != have.get(k)]
+    wrong = [k for k in relevant if not _same(want.get(k, _ABSENT), have.get(k, _ABSENT))]
     if not relevant:
         return 1.0, []
     return 1 - len(wrong) / len(relevant), wrong
+
+
+def without_fields(value: Any, names: Sequence[str]) -> Any:
+    """`value` without the top-level fields `names` of its objects (noise an augmentation added)."""
+    if not names:
+        return value
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if k not in names}
+    if isinstance(value, list):
+        return [without_fields(v, names) for v in value]
+    return value
+
+
+def _scalars(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _scalars(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _scalars(v)]
+    return [] if value is None or isinstance(value, bool) else [value]
+
+
+def result_obtained(expected: Any, value: Any, rendered: str | None, noise: Sequence[str] = ()) -> bool:
+    """Whether a replayed call's result is the oracle's `expected` result.
+
+    `value` is the result as data (with the `noise` fields an augmentation added), `rendered` the
+    text the agent got when an augmentation reshaped it (YAML, XML, markdown): then every scalar of
+    `expected` must appear in that text, as any of its renderings writes it.
+    """
+    if (
+        rendered is not None
+        and isinstance(value, str)
+        and value == rendered
+        and not isinstance(expected, str)
+    ):
+        import html
+
+        text = html.unescape(rendered)
+        for scalar in _scalars(expected):
+            forms = [json.dumps(scalar, ensure_ascii=False)] if isinstance(scalar, int | float) else []
+            if isinstance(scalar, str):
+                forms = [
+                    scalar,
+                    json.dumps(scalar, ensure_ascii=False)[1:-1],
+                    scalar.replace("|", "\\|").replace("\n", " "),
+                ]
+            if not any(form in text for form in forms):
+                return False
+        return True
+    return json_equal(without_fields(value, noise), expected)

@@ -1,10 +1,11 @@
 """Tool calls out of raw model output: ``<tool_call>`` tags, OpenAI tool-call JSON, chat transcripts.
 
 Whatever the model wrote, parsing never raises: every call it can read becomes a `PredictedCall`,
-everything else is a `Malformed` entry that says what was wrong. Names may be qualified with the
-environment for multi-environment records (``calendar.create_event``, ``calendar__create_event``,
-or an ``"env"`` key next to the name); resolving them against the record's environments is the
-scorer's job.
+everything else is a `Malformed` entry that says what was wrong, and what the model said besides its
+calls is its answer (`ParsedOutput.text`; tags, and `<tool_response>` text it may have made up, left
+out). Names may be qualified with the environment for multi-environment records
+(``calendar.create_event``, ``calendar__create_event``, or an ``"env"`` key next to the name);
+resolving them against the record's environments is the scorer's job.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _TAG = re.compile(r"<tool_call>(.*?)(</tool_call>|(?=<tool_call>)|$)", re.DOTALL)
+_NOT_ANSWER = re.compile(
+    r"<tool_call>.*?(</tool_call>|(?=<tool_call>)|$)|<tool_response>.*?(</tool_response>|$)", re.DOTALL
+)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
@@ -45,6 +49,7 @@ class Malformed:
 class ParsedOutput:
     calls: list[PredictedCall] = field(default_factory=list)
     malformed: list[Malformed] = field(default_factory=list)
+    text: str = ""  # the answer: what the model said besides its calls (the last assistant message's)
 
     @property
     def attempts(self) -> int:
@@ -56,7 +61,7 @@ def parse_output(output: Any) -> ParsedOutput:
 
     `output` is model text (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` tags, or a
     JSON document), an OpenAI message or message list (``tool_calls`` with ``function.arguments``
-    as a JSON string), a list of calls, or ``{"calls": [...]}``.
+    as a JSON string), a list of calls, or ``{"calls": [...], "answer": "..."}``.
     """
     parsed = ParsedOutput()
     if output is None:
@@ -69,7 +74,9 @@ def parse_output(output: Any) -> ParsedOutput:
 
 
 def _parse_text(text: str, parsed: ParsedOutput) -> None:
+    answer = _NOT_ANSWER.sub(" ", text).strip()
     if "<tool_call>" in text:
+        parsed.text = answer
         for match in _TAG.finditer(text):
             body = match.group(1).strip()
             if not match.group(2):
@@ -89,6 +96,8 @@ def _parse_text(text: str, parsed: ParsedOutput) -> None:
             parsed.malformed.append(Malformed(f"output is not valid JSON: {exc}", stripped))
             return
         _parse_value(value, parsed, top=True)
+        return
+    parsed.text = answer
 
 
 def _parse_json_call(body: str, parsed: ParsedOutput) -> None:
@@ -114,23 +123,38 @@ def _parse_value(value: Any, parsed: ParsedOutput, top: bool = False) -> None:
         if top:
             parsed.malformed.append(Malformed("expected tool calls, got a JSON scalar", json.dumps(value)))
         return
-    if "role" in value:  # a chat message: only the assistant's tool calls count
+    if "role" in value:  # a chat message: only the assistant's tool calls and words count
         if value.get("role") == "assistant":
             for call in value.get("tool_calls") or ():
                 _parse_call(call, parsed)
-            content = value.get("content")
-            if isinstance(content, str) and "<tool_call>" in content:
+            content = _content_text(value.get("content"))
+            if "<tool_call>" in content:
                 _parse_text(content, parsed)
+            elif content.strip():
+                parsed.text = _NOT_ANSWER.sub(" ", content).strip()
         return
     if "tool_calls" in value and isinstance(value["tool_calls"], list):
         for call in value["tool_calls"]:
             _parse_call(call, parsed)
+        if content := _content_text(value.get("content")).strip():
+            parsed.text = content
         return
     if "calls" in value and isinstance(value["calls"], list):
         for call in value["calls"]:
             _parse_call(call, parsed)
+        if isinstance(value.get("answer"), str):
+            parsed.text = value["answer"]
         return
     _parse_call(value, parsed)
+
+
+def _content_text(content: Any) -> str:
+    """A message's content as text (a string, or a list of ``{"type": "text", "text": ...}`` parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
 
 
 def _parse_call(item: Any, parsed: ParsedOutput) -> None:

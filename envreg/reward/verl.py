@@ -8,11 +8,12 @@ Point verl at this file (its path: ``python -c "import envreg.reward.verl as v; 
         name: compute_score
         reward_kwargs: {alpha: 0.5, gamma: 0.1, isolation: local}
 
-`ground_truth` is the RL row's ``reward_model.ground_truth``: the turn's oracle calls (JSON text)
-with the states in `extra_info` (``envs``, ``initial_states``, ``final_states``, ``volatile``), as
-`envreg synth` exports them, or a whole trajectory record as JSON text. `solution_str` is the
-decoded response with its ``<tool_call>`` tags. The predicted calls are replayed in a sandbox seeded from the record's
-initial state, on one runtime per process that lives in a background thread (verl calls reward
+`ground_truth` is the RL row's ``reward_model.ground_truth``: the turn's oracle calls, facts and
+answer (JSON text ``{"calls", "facts", "answer"}``; older exports: the list of calls) with the
+states in `extra_info` (``envs``, ``initial_states``, ``final_states``, ``volatile``), as `envreg
+synth` exports them, or a whole trajectory record as JSON text. `solution_str` is the decoded
+response with its ``<tool_call>`` tags and its answer. The predicted calls are replayed in a
+sandbox seeded from the record's initial state, on one runtime per process that lives in a background thread (verl calls reward
 functions from worker threads). The result is a dict: ``score`` plus each component, which verl
 logs as reward extra info.
 """
@@ -73,13 +74,17 @@ def score_breakdown(
 
 
 def as_verl_result(b: RewardBreakdown) -> dict[str, float]:
-    """``score`` and the scalar components (verl aggregates reward extra info per key)."""
+    """``score`` and the scalar components (verl aggregates reward extra info per key); ``gated`` is 1.0
+    when a gate shut the score to 0 (no calls where calls were expected, a forbidden tool, ...)."""
     return {
         "score": b.reward,
         "r_traj": b.r_traj,
         "r_state": b.r_state,
+        "r_response": b.r_response,
+        "r_answer": b.r_answer,
         "p_length": b.p_length,
         "p_format": b.p_format,
+        "gated": float(b.gate is not None),
         "matched_calls": float(b.matched_calls),
         "expected_calls": float(b.expected_calls),
         "predicted_calls": float(b.predicted_calls),

@@ -286,12 +286,13 @@ class Rollouts:
         """The composite reward of the calls that ran, for the episode and each turn (from the oracle's state
         before it)."""
         start = time.perf_counter()
-        record.reward = await self.scorer.score(task.truth(), ran(record.calls))
+        last = answer(record.turns[-1]) if record.turns else ""
+        record.reward = await self.scorer.score(task.truth(), ran(record.calls, last))
         if self.options.per_turn and len(task.turns) > 1:
             for k, turn in enumerate(record.turns):
                 truth = task.turn_truth(k)
                 if truth is not None:
-                    turn.reward = await self.scorer.score(truth, ran(turn.calls))
+                    turn.reward = await self.scorer.score(truth, ran(turn.calls, answer(turn)))
         elif record.turns:
             record.turns[0].reward = record.reward
         record.passed = passed(record.reward) and record.error is None
@@ -302,13 +303,22 @@ class Rollouts:
         await self.scorer.close()
 
 
-def ran(calls: Iterable[CallRecord]) -> list[dict[str, Any]]:
-    """The calls that ran, as the reward reads model output (unreadable ones as their raw text)."""
+def ran(calls: Iterable[CallRecord], said: str = "") -> dict[str, Any]:
+    """The calls that ran (unreadable ones as their raw text) and what the model `said` last, as the
+    reward reads model output (`envreg.reward.parse_output`: ``{"calls", "answer"}``)."""
     out = []
     for call in calls:
         arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
         out.append({"name": call.name, "arguments": arguments})
-    return out
+    return {"calls": out, "answer": said}
+
+
+def answer(turn: TurnRecord) -> str:
+    """The turn's closing words: its last assistant message without tool calls."""
+    for message in reversed(turn.messages):
+        if message.get("role") == "assistant" and not message.get("tool_calls"):
+            return str(message.get("content") or "")
+    return ""
 
 
 def _assistant(message: dict[str, Any]) -> dict[str, Any]:

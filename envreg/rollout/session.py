@@ -271,11 +271,16 @@ class Sessions:
             return await session.call(task.function_name(env, tool), arguments, call_id)
 
     async def score(self, key: str, task: Task) -> Any:
-        """The composite reward of the calls `key`'s session ran (none: an episode that called nothing)."""
+        """The composite reward of the calls `key`'s session ran (none: an episode that called nothing).
+
+        The pool sees the calls, never the model's words (the trainer's loop holds them), so read-only
+        turns are not asked to state their facts here (``check_answer`` off); every other check holds.
+        """
         from envreg.rollout.loop import ran
 
         session = self.open.get(key)
-        return await self.scorer.score(task.truth(), ran(session.calls if session else []))
+        options = self.scorer.options.model_copy(update={"check_answer": False})
+        return await self.scorer.score(task.truth(), ran(session.calls if session else []), options)
 
     async def close(self, key: str) -> None:
         session = self.open.pop(key, None)

@@ -173,6 +173,8 @@ class Task(BaseModel):
         user = next((m["content"] for m in reversed(prompt) if m.get("role") == "user"), None)
         truth = row.get("reward_model", {}).get("ground_truth", "[]")
         calls = json.loads(truth) if isinstance(truth, str) else truth
+        if isinstance(calls, dict):  # {"calls", "facts", "answer"}; older exports: the list of calls
+            calls = calls.get("calls") or []
         envs = value("envs") or list(value("initial_states") or {})
         name = str(extra.get("trajectory_id") or "row")
         if extra.get("turn") is not None:
@@ -185,6 +187,7 @@ class Task(BaseModel):
                 turns=[TaskTurn(user=user or "", calls=[TruthCall.model_validate(c) for c in calls])],
                 final_states=value("final_states") or {},
                 volatile=value("volatile") or {},
+                augmentation=value("augmentation") or {},
                 system=next((m["content"] for m in prompt if m.get("role") == "system"), SYSTEM_PROMPT),
                 source=f"rl row {name}",
             )

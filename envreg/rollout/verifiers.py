@@ -79,6 +79,16 @@ def completion_calls(completion: Any) -> list[dict[str, Any]]:
     return calls
 
 
+def completion_answer(completion: Any) -> str:
+    """The completion's closing words: its last assistant message without tool calls."""
+    for message in reversed(list(completion or [])):
+        get = message.get if isinstance(message, dict) else lambda key, m=message: getattr(m, key, None)
+        content = get("content")
+        if get("role") == "assistant" and not get("tool_calls") and isinstance(content, str):
+            return content
+    return ""
+
+
 class EnvregRubric(vf.Rubric):
     """envreg's composite reward of the calls a rollout ran (weight 1) and its components (metrics)."""
 
@@ -93,7 +103,8 @@ class EnvregRubric(vf.Rubric):
         """Score every tool call of the completion (those verifiers could not parse count as malformed)."""
         task = task_from_json(state["info"][_TASK])
         background, pool = self.env.pool()
-        breakdown = await background.run(pool.scorer.score, task.truth(), completion_calls(completion))
+        said = {"calls": completion_calls(completion), "answer": completion_answer(completion)}
+        breakdown = await background.run(pool.scorer.score, task.truth(), said)
         state["envreg_reward"] = breakdown.model_dump(exclude={"calls"})
         return breakdown.reward
 

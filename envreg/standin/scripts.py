@@ -3,7 +3,8 @@
 A conversation is matched to its task by its first user message; the turn is the number of user
 messages so far, and the calls already answered are the tool messages after the last one. Scripts:
 
-- ``oracle``: the turn's oracle calls one at a time, then a short answer (a good model).
+- ``oracle``: the turn's oracle calls one at a time, then a short answer that says what the calls
+  answered (a good model).
 - ``parallel``: all of the turn's oracle calls in one message (parallel tool calls), then an answer.
 - ``bad``: the oracle's tools with an argument they do not take (each call is refused), then an answer.
 - ``malformed``: tool calls whose arguments are not JSON, then an answer.
@@ -53,8 +54,9 @@ class Scripted:
         if script == "prose":
             listed = ", ".join(f"{name}({json.dumps(args)})" for name, args in calls) or "nothing"
             return text(f"To do this I would call: {listed}.")
-        if answered >= len(calls):
-            return text(DONE)
+        if answered >= len(calls):  # a good model tells the user what the tools answered
+            results = [m.get("content") or "" for m in messages[users[-1] + 1 :] if m.get("role") == "tool"]
+            return text(f"{DONE} The tools answered: {' | '.join(results)}" if results else DONE)
         if script == "parallel":
             return tool_calls(*((name, json.dumps(args)) for name, args in calls[answered:]))
         name, arguments = calls[answered]

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
 from envreg.canonical import canonical_json, sha256_hex
+from envreg.env import states_equal
+from envreg.reward.answer import answer_facts
 from envreg.synth.graph import ToolGraph
 from envreg.synth.query import template_answer, template_query
 from envreg.synth.records import EnvRef, ExecutedCall, Trajectory, Turn
 from envreg.synth.sample import Chain, TopologySampler
+from envreg.synth.seeds import SeedPool
 from envreg.synth.values import ArgumentFiller
 
 
@@ -68,6 +71,7 @@ class RunResult:
     skipped: Counter[str]
     attempted: int
     llm_stats: dict[str, int] | None = None
+    rejections: Counter[str] = field(default_factory=Counter)  # solved turns rejected, per verification level
 
 
 class Synthesizer:
@@ -91,6 +95,8 @@ class Synthesizer:
         llm=None,
         k: int = 3,
         max_user_replies: int = 2,
+        round_size: int = 8,
+        seed_pool: int = 16,
     ) -> None:
         if initial not in ("seed", "mixed"):
             raise ValueError(
@@ -110,8 +116,11 @@ class Synthesizer:
         self.llm = llm
         self.k = k
         self.max_user_replies = max_user_replies
+        self.round_size = round_size
+        self.seed_pool = SeedPool(size=seed_pool)
         self.contexts: dict[str, EnvContext] = {}
         self.failures: Counter[str] = Counter()
+        self.rejections: Counter[str] = Counter()
         self._prepare_lock = anyio.Lock()
         self.versions = {e["name"]: e["version"] for e in graph.meta["environments"]}
         self.graph_digest = graph.digest
@@ -195,7 +204,7 @@ class Synthesizer:
     async def _execute(
         self, chain: Chain, sandboxes: dict[str, Any], states: dict[str, dict[str, Any]], rng: random.Random
     ) -> tuple[list[Turn], int] | str:
-        filler = ArgumentFiller(self.graph, states, rng)
+        filler = ArgumentFiller(self.graph, states, rng, chain.steps)
         sizes: list[int] = []
         while sum(sizes) < len(chain.steps):
             sizes.append(rng.randint(1, self.max_turn_calls))
@@ -228,7 +237,7 @@ class Synthesizer:
         for _ in range(self.retries):
             filled = filler.fill(step, results)
             if filled is None:
-                self.failures[f"{step.tool}: a required input had no value"] += 1
+                self.failures[f"{step.tool}: {filler.problem or 'a required input had no value'}"] += 1
                 return None
             arguments, masked = filled
             result = await sandbox.call_tool(step.name, arguments)
@@ -244,19 +253,26 @@ class Synthesizer:
 
     async def _turn(self, calls: list[ExecutedCall], sandboxes: dict[str, Any]) -> Turn:
         states = {env: await sb.state() for env, sb in sandboxes.items()}
-        plain = [c.model_dump() for c in calls]
         return Turn(
             query="",
             calls=calls,
             state_sha256={env: sha256_hex(canonical_json(s)) for env, s in states.items()},
             states=states,
-            answer=template_answer(plain),
         )
 
     def _record(self, index, seed, contexts, chosen, turns: list[Turn], meta) -> Trajectory:
-        for turn in turns:
-            turn.query = template_query(self.graph, [c.model_dump() for c in turn.calls])
         initial = {e: i.state for e, i in chosen.items()}
+        before = initial
+        for turn in turns:
+            plain = [c.model_dump() for c in turn.calls]
+            turn.query = template_query(self.graph, plain)
+            read_only = all(
+                states_equal(state, turn.states[env], self.contexts[env].volatile)
+                for env, state in before.items()
+            )
+            turn.facts = answer_facts([c.result for c in turn.calls]) if read_only else []
+            turn.answer = template_answer(plain, turn.facts)
+            before = turn.states
         final = turns[-1].states
         body = {"seed": self.seed, "index": index, "calls": [c.model_dump() for t in turns for c in t.calls]}
         return Trajectory(
@@ -283,13 +299,17 @@ class Synthesizer:
         max_attempts: int | None = None,
         on_result: Callable[[Any], None] | None = None,
     ) -> RunResult:
-        """`n` trajectories (the first `n` successful chain indices), `concurrency` chains at a time."""
+        """`n` trajectories (the first `n` successful chain indices), `concurrency` chains at a time.
+
+        With an LLM, chains run in rounds of `round_size`; the trajectories a round accepts join the
+        seed pool (`envreg.synth.seeds`) before the next round starts.
+        """
         limit = max_attempts or n * 10
         done: dict[int, Trajectory | Skipped] = {}
         ok = 0
-        indices = iter(range(limit))  # shared by the workers: chains are taken in index order
+        step = self.round_size if self.llm is not None else limit
 
-        async def worker() -> None:
+        async def worker(indices: Iterator[int]) -> None:
             nonlocal ok
             for index in indices:
                 if ok >= n:
@@ -301,9 +321,22 @@ class Synthesizer:
                 if on_result is not None:
                     on_result(outcome)
 
-        async with anyio.create_task_group() as tg:
-            for _ in range(max(1, concurrency)):
-                tg.start_soon(worker)
+        for start in range(0, limit, step):
+            indices = iter(range(start, min(limit, start + step)))  # shared: chains are taken in index order
+            async with anyio.create_task_group() as tg:
+                for _ in range(max(1, concurrency)):
+                    tg.start_soon(worker, indices)
+            if ok >= n:
+                break
+            for index in range(start, min(limit, start + step)):
+                if isinstance(done.get(index), Trajectory):
+                    self.seed_pool.add(done[index])
         trajectories = [o for _, o in sorted(done.items()) if isinstance(o, Trajectory)][:n]
         skipped = Counter(o.reason for o in done.values() if isinstance(o, Skipped))
-        return RunResult(trajectories, skipped, len(done), self.llm.stats.as_dict() if self.llm else None)
+        return RunResult(
+            trajectories,
+            skipped,
+            len(done),
+            self.llm.stats.as_dict() if self.llm else None,
+            Counter(self.rejections),
+        )

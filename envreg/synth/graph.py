@@ -5,6 +5,11 @@ when the two are type-compatible and their similarity is above the threshold (0.
 
     similarity = 0.6 * cos(name/type embeddings) + 0.4 * cos(description embeddings)
 
+Across environments only parameters of the same shared value kind link (an email, a city, a
+ticker... `envreg.synth.params.value_kind`), and for them the threshold is `CROSS_THRESHOLD` (0.7):
+the kind says that the values mean the same thing, the similarity that the two parameters are about
+it. Edge quality is measured against a labelled set of cross-environment edges (tests).
+
 A tool-to-tool edge summarises the parameter edges between two tools. Inputs are marked
 user-providable by the rules of `envreg.synth.params` (or by an LLM when one is configured), and an
 LLM can refine the edges. The graph is saved as JSON (networkx node-link data) with a digest: the
@@ -14,9 +19,10 @@ same manifests and the same model give the same graph, byte for byte.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +31,23 @@ import numpy as np
 
 from envreg.canonical import canonical_json, digest
 from envreg.manifest import Manifest
-from envreg.synth.params import Param, classify, id_prefix, input_params, is_id, masked, output_params
+from envreg.synth.params import (
+    Param,
+    classify,
+    id_prefix,
+    input_params,
+    is_id,
+    kind_linkable,
+    linkable,
+    masked,
+    output_params,
+    value_kind,
+)
 
 GRAPH_FORMAT = "envreg.tool-graph"
-GRAPH_VERSION = 1
+GRAPH_VERSION = 2  # 2: value kinds, typed links across environments
 THRESHOLD = 0.85
+CROSS_THRESHOLD = 0.7
 NAME_WEIGHT, DESCRIPTION_WEIGHT = 0.6, 0.4
 REFINE_FLOOR = 0.7
 
@@ -61,7 +79,7 @@ def tool_id(env: str, tool: str) -> str:
 
 def compatible(out: Param, inp: Param) -> bool:
     """Hard rules an edge must pass whatever the similarity: types, id-ness (ids stay within their
-    environment), id prefixes, enums."""
+    environment), id prefixes, enums, and across environments the same shared value kind."""
     out_type, in_type = out.type, inp.type
     if not (out_type == in_type or (out_type == "integer" and in_type == "number")):
         return False
@@ -69,6 +87,8 @@ def compatible(out: Param, inp: Param) -> bool:
         return False
     if is_id(out) and out.env != inp.env:
         return False  # an id is a handle into one environment's state: meaningless in another
+    if out.env != inp.env and not linkable(out, inp):
+        return False
     a, b = id_prefix(out), id_prefix(inp)
     if a and b and a != b:
         return False
@@ -87,6 +107,7 @@ class ToolGraph:
 
     graph: nx.DiGraph
     meta: dict[str, Any]
+    timings: dict[str, float] = field(default_factory=dict, compare=False)  # seconds per build stage
 
     # queries -----------------------------------------------------------------------------------
     def tools(self, envs: Iterable[str] | None = None) -> list[str]:
@@ -228,6 +249,7 @@ def _param_attrs(param: Param, order: int) -> dict[str, Any]:
         "name": param.name,
         "type": param.type,
         "kind": classify(param),
+        "value_kind": value_kind(param),
         "required": param.required,
         "user_providable": param.user_providable if param.direction == "in" else False,
         "user_providable_by": "rules",
@@ -244,18 +266,70 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a @ b.T
 
 
-def similarity_matrix(outs: Sequence[Param], ins: Sequence[Param], embedder) -> np.ndarray:
-    """``0.6 * cos(name) + 0.4 * cos(description)`` for every (output, input) pair, rounded to 4 places."""
+def similarity_matrix(
+    outs: Sequence[Param],
+    ins: Sequence[Param],
+    embedder,
+    progress: Callable[[int, int], None] | None = None,
+    floors: np.ndarray | None = None,
+) -> np.ndarray:
+    """``0.6 * cos(name) + 0.4 * cos(description)`` for every (output, input) pair, rounded to 4 places.
+
+    With `floors` (one per pair; ``inf`` for a pair that can never be an edge) the descriptions are
+    embedded only for the parameters of pairs whose name half can still reach their floor (a cosine
+    is at most 1, so ``similarity <= 0.6 * cos(name) + 0.4``); every other pair is -1. Pairs that can
+    reach their floor get exactly the similarity they would get without it.
+    """
     if not outs or not ins:
         return np.zeros((len(outs), len(ins)))
-    texts = [p.name_text() for p in (*outs, *ins)] + [p.description_text() for p in (*outs, *ins)]
-    vectors = embedder.encode(texts)
-    n = len(outs) + len(ins)
-    names, descriptions = vectors[:n], vectors[n:]
-    sim = NAME_WEIGHT * _cosine(names[: len(outs)], names[len(outs) :]) + DESCRIPTION_WEIGHT * _cosine(
-        descriptions[: len(outs)], descriptions[len(outs) :]
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return embedder.encode(texts, progress=progress) if progress else embedder.encode(texts)
+
+    names = encode([p.name_text() for p in (*outs, *ins)])
+    name_sim = _cosine(names[: len(outs)], names[len(outs) :]).astype(np.float64)
+    if floors is None:
+        reach = np.ones(name_sim.shape, dtype=bool)
+    else:
+        reach = NAME_WEIGHT * name_sim + DESCRIPTION_WEIGHT >= floors - 1e-6
+    rows, columns = np.flatnonzero(reach.any(axis=1)), np.flatnonzero(reach.any(axis=0))
+    described = encode(
+        [outs[i].description_text() for i in rows] + [ins[j].description_text() for j in columns]
     )
-    return np.round(sim.astype(np.float64), 4)
+    sim = np.full(name_sim.shape, -1.0)
+    if len(rows) and len(columns):
+        block = np.ix_(rows, columns)
+        sim[block] = NAME_WEIGHT * name_sim[block] + DESCRIPTION_WEIGHT * _cosine(
+            described[: len(rows)], described[len(rows) :]
+        ).astype(np.float64)
+    sim[~reach] = -1.0
+    return np.round(sim, 4)
+
+
+def pair_floors(outs: Sequence[Param], ins: Sequence[Param], within: float, across: float) -> np.ndarray:
+    """Per (output, input) pair, the similarity it must reach to be an edge; ``inf`` where the hard rules
+    of `compatible` already rule it out (types, id-ness, ids across environments, value kinds)."""
+    out_env, in_env = np.array([p.env for p in outs]), np.array([p.env for p in ins])
+    same = out_env[:, None] == in_env[None, :]
+    out_type, in_type = np.array([p.type for p in outs]), np.array([p.type for p in ins])
+    types = (out_type[:, None] == in_type[None, :]) | (
+        (out_type == "integer")[:, None] & (in_type == "number")[None, :]
+    )
+    out_id, in_id = np.array([is_id(p) for p in outs]), np.array([classify(p) == "id" for p in ins])
+    ids = out_id[:, None] == in_id[None, :]
+    kinds = sorted({value_kind(p) for p in (*outs, *ins)})
+    index = {k: n for n, k in enumerate(kinds)}
+    links = np.array([[kind_linkable(a, b) for b in kinds] for a in kinds], dtype=bool)
+    out_kind = np.array([index[value_kind(p)] for p in outs])
+    in_kind = np.array([index[value_kind(p)] for p in ins])
+    across_ok = links[out_kind[:, None], in_kind[None, :]] & ~out_id[:, None]
+    possible = types & ids & (same | across_ok)
+    return np.where(possible, np.where(same, within, across), np.inf)
+
+
+def env_of_key(param_key: str) -> str:
+    """The environment of a parameter node key (``env/tool:in:path``)."""
+    return param_key.split("/", 1)[0]
 
 
 def build_graph(
@@ -263,10 +337,16 @@ def build_graph(
     embedder,
     *,
     threshold: float = THRESHOLD,
+    cross_threshold: float = CROSS_THRESHOLD,
     llm=None,
     refine: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ToolGraph:
-    """Build the graph of `manifests`; `llm` (an `LLMConfig`) marks user-providable inputs, `refine` edges."""
+    """Build the graph of `manifests`; `llm` (an `LLMConfig`) marks user-providable inputs, `refine` edges.
+
+    `progress(done, total)` is called as the parameters' texts are embedded (what a cold build spends
+    its time on).
+    """
     g = nx.DiGraph()
     ins: list[Param] = []
     outs: list[Param] = []
@@ -292,18 +372,28 @@ def build_graph(
                 g.add_node(param.key, **_param_attrs(param, order))
                 g.add_edge(tid, param.key, rel="output")
                 outs.append(param)
-    sim = similarity_matrix(outs, ins, embedder)
+    started = time.perf_counter()
+    within = min(threshold, REFINE_FLOOR) if refine else threshold
+    floors = pair_floors(outs, ins, within, cross_threshold)
+    sim = similarity_matrix(outs, ins, embedder, progress, floors)
+    embedded = time.perf_counter()
     candidates: dict[str, list[tuple[Param, float]]] = {}
-    for i, out in enumerate(outs):
-        for j, inp in enumerate(ins):
-            if sim[i, j] >= REFINE_FLOOR and compatible(out, inp):
-                candidates.setdefault(inp.key, []).append((out, float(sim[i, j])))
+    for i, j in np.argwhere(sim >= np.minimum(floors, REFINE_FLOOR)):
+        out, inp = outs[i], ins[j]
+        if compatible(out, inp):
+            candidates.setdefault(inp.key, []).append((out, float(sim[i, j])))
     accepted: dict[str, list[tuple[Param, float, str]]] = {
-        key: [(o, s, "embedding") for o, s in pairs if s > threshold] for key, pairs in candidates.items()
+        key: [
+            (o, s, "embedding")
+            for o, s in pairs
+            if s > (threshold if o.env == env_of_key(key) else cross_threshold)
+        ]
+        for key, pairs in candidates.items()
     }
     meta: dict[str, Any] = {
         "model": embedder.id,
         "threshold": threshold,
+        "cross_threshold": cross_threshold,
         "weights": {"name_type": NAME_WEIGHT, "description": DESCRIPTION_WEIGHT},
         "environments": [
             {"name": m.name, "version": m.version, "domain": m.domain, "manifest_digest": m.digest}
@@ -334,7 +424,8 @@ def build_graph(
             chain[(g.nodes[u]["tool_id"], g.nodes[v]["tool_id"])] += 1
     for (a, b), count in chain.items():
         g.add_edge(a, b, rel="chain", weight=count)
-    return ToolGraph(g, meta)
+    timings = {"embedding": embedded - started, "edges": time.perf_counter() - embedded}
+    return ToolGraph(g, meta, timings)
 
 
 def canonical_graph_text(graph: ToolGraph) -> str:

@@ -8,6 +8,13 @@ picked out of a real result by its path.
 Every input gets a **kind** by rule (`classify`); every kind but ``id`` is *user-providable*:
 a user can say a name, a date, an email, an amount or an enum value, but not ``evt_0007``, which
 only a tool hands out.
+
+Every parameter also gets a **value kind** (`value_kind`), a typed kind that says what its values
+denote: a person's email or name, a city, a street address, coordinates, a ticker symbol, an
+airport code, a birth, due or expiry date, the days of a booking, or nothing shared (``local``:
+statuses, titles, amounts, counts, generic names...). Only the `SHARED_KINDS` link environments:
+an account's currency, a ride's distance or a workout's start mean something only where they come
+from, while an email or a city names the same thing in every system.
 """
 
 from __future__ import annotations
@@ -57,6 +64,21 @@ FREE_TEXT_NAMES = {
 NAME_NAMES = {"name", "first_name", "last_name", "full_name", "display_name", "username"}
 LOCATION_NAMES = {"city", "address", "country", "location", "lat", "lng", "latitude", "longitude", "place"}
 MASKED_KINDS = {"free_text", "search"}
+PERSON_NOUNS = (
+    "customer", "contact", "payee", "passenger", "traveler", "traveller", "user", "author", "attendee",
+    "member", "person", "owner", "assignee", "guest", "recipient", "employee", "profile", "driver",
+)  # fmt: skip
+BOOKED_DATES = ("nights", "check_in", "check_out", "travel_date", "departure_date", "arrival_date", "stay")
+UNDOING = ("cancel", "delete", "remove", "void")  # tools whose results are about what no longer holds
+CREDENTIALS = ("login", "authenticate", "sign_in", "signin")  # tools that take the user's own credentials
+#: value kinds that name the same thing in every system: only these link environments
+SHARED_KINDS = frozenset(
+    {
+        "email", "phone", "address", "city", "geo.lat", "geo.lng", "person.name", "person.first_name",
+        "person.last_name", "person.username", "stock.symbol", "airport", "card.number", "text.content", "date.birth",
+        "date.due", "date.expiry", "date.booked",
+    }
+)  # fmt: skip
 _ID_PATTERN = re.compile(r"^\^?\(?([a-z]{2,8})_")
 _ID_EXAMPLE = re.compile(r"\b([a-z]{2,8})_(?:\d{2,}|\.\.\.)")
 _SAMPLES = {
@@ -326,3 +348,90 @@ def classify(param: Param) -> str:
 def masked(param: Param) -> bool:
     """Free text and search queries: values the trace reward ignores (any phrasing is right)."""
     return classify(param) in MASKED_KINDS
+
+
+def _date_like(param: Param) -> bool:
+    return classify(param) in ("date", "datetime") or (
+        json_type(param.schema) == "string"
+        and bool(re.search(r"date|day|birth|expir|expires", param.name.lower()))
+    )
+
+
+def _person(param: Param) -> bool:
+    """Whether the parameter belongs to a person (a contact, a customer, a passenger...)."""
+    words = [param.entity or "", *param.path[:-1], param.tool]
+    if param.direction == "in":
+        words.append(param.description.lower())
+    text = " ".join(w.lower() for w in words)
+    return any(noun in text for noun in PERSON_NOUNS)
+
+
+def value_kind(param: Param) -> str:
+    """The typed kind of a parameter's values (see the module docstring); ``local`` when nothing shared."""
+    name = param.name.lower()
+    kind = classify(param)
+    if kind == "id":
+        return "id"
+    if kind == "email":
+        return "email"
+    if json_type(param.schema) in ("number", "integer"):
+        if name in ("lat", "latitude") or name.endswith(("_lat", "_latitude")):
+            return "geo.lat"
+        if name in ("lng", "lon", "long", "longitude") or name.endswith(("_lng", "_lon", "_longitude")):
+            return "geo.lng"
+        return "local"
+    if _date_like(param):
+        if "birth" in name or name == "dob":
+            return "date.birth"
+        if name.startswith("due"):
+            return "date.due"
+        if name.startswith(("expir", "expires")):
+            return "date.expiry"
+        if (
+            param.direction == "out"
+            and any(part in BOOKED_DATES for part in (*param.path, name))
+            and not param.tool.startswith(UNDOING)
+        ):
+            return "date.booked"
+        return "date.day"
+    if name.endswith("first_name"):
+        return "person.first_name"
+    if name.endswith("last_name"):
+        return "person.last_name"
+    if name in ("full_name", "name") and _person(param):
+        return "person.name"
+    if name in ("username", "user_name", "user") and not any(w in param.tool for w in CREDENTIALS):
+        return "person.username"
+    if name == "phone" or name.endswith("_phone"):
+        return "phone"
+    if name == "address" or (name.endswith("_address") and "email" not in name):
+        return "address"
+    if name.startswith("city") or name.endswith(("_city", "cities", "citya", "cityb")):
+        return "city"
+    if name in ("symbol", "ticker") or name.endswith("_symbol"):
+        return "stock.symbol"
+    if name == "card_number":
+        return "card.number"
+    if name in ("content", "file_content"):
+        return "text.content"
+    airport_words = f"{param.description} {param.schema.get('description', '')}".lower()
+    if (
+        param.schema.get("pattern") == "^[A-Z]{3}$"
+        or "iata" in airport_words
+        or "airport code" in airport_words
+    ):
+        return "airport"
+    return "local"
+
+
+def kind_linkable(out_kind: str, in_kind: str) -> bool:
+    """Whether values of `out_kind` in one environment may feed `in_kind` in another: the same shared
+    value kind, or the days of a booking into any day."""
+    if out_kind == "date.booked":
+        return in_kind in ("date.day", "date.booked")
+    return out_kind == in_kind and out_kind in SHARED_KINDS
+
+
+def linkable(out: Param, inp: Param) -> bool:
+    """Whether an output of one environment may feed an input of another (`kind_linkable`)."""
+    return kind_linkable(value_kind(out), value_kind(inp))

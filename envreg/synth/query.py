@@ -41,9 +41,17 @@ def _value_text(value: Any) -> str:
 def template_request(graph: ToolGraph, env: str, tool: str, arguments: dict[str, Any]) -> str:
     """One call as a plain request: the tool's purpose and the values a user would say."""
     node_id = tool_id(env, tool)
+    inputs = [graph.node(param) for param in graph.inputs(node_id)]
+    return describe_request(tool, graph.node(node_id)["description"], inputs, arguments)
+
+
+def describe_request(
+    tool: str, description: str, inputs: list[dict[str, Any]], arguments: dict[str, Any]
+) -> str:
+    """The request for one call of `tool` (its `description`), from its input parameters (each with
+    ``path``, ``name``, ``user_providable``): the values a user says, the rest referred to."""
     details, references = [], []
-    for param in graph.inputs(node_id):
-        node = graph.node(param)
+    for node in inputs:
         top = node["path"][0]
         if top not in arguments:
             continue
@@ -58,7 +66,7 @@ def template_request(graph: ToolGraph, env: str, tool: str, arguments: dict[str,
         else:
             what = humanize(re.sub(r"_ids?$", "", node["name"])) or "item"
             references.append(f"the {what} from before")
-    text = _first_sentence(graph.node(node_id)["description"]) or humanize(tool)
+    text = _first_sentence(description) or humanize(tool)
     parts = []
     if references:
         parts.append("for " + " and ".join(dict.fromkeys(references)))
@@ -76,13 +84,16 @@ def template_query(graph: ToolGraph, calls: list[dict[str, Any]]) -> str:
     return text + "."
 
 
-def template_answer(calls: list[dict[str, Any]]) -> str:
-    """The assistant's closing message of a templated turn: what the last call gave."""
+def template_answer(calls: list[dict[str, Any]], facts: list[list[Any]] | None = None) -> str:
+    """The assistant's closing message of a templated turn: the facts it must state, what the last call gave."""
+    from envreg.reward.answer import render_facts
+
     last = calls[-1]
     result = json.dumps(last.get("result"), ensure_ascii=False, separators=(",", ":"))
     if len(result) > 300:
         result = result[:299] + "…"
-    return f"Done. {last['tool']} returned: {result}"
+    found = f" Here is what I found: {render_facts(facts)}." if facts else ""
+    return f"Done.{found} {last['tool']} returned: {result}"
 
 
 # -------------------------------------------------------------------------------------- QueryGen
@@ -124,10 +135,14 @@ def _check_list(key: str, n: int):
 
 
 async def generate_queries(
-    llm, turns: list[list[dict[str, Any]]], rng: random.Random
+    llm, turns: list[list[dict[str, Any]]], rng: random.Random, examples: list[dict[str, Any]] | None = None
 ) -> dict[str, Any] | None:
-    """Run the four QueryGen stages; returns {"queries", "scenario", "subgoals", "refinements"} or None."""
+    """Run the four QueryGen stages; returns {"queries", "scenario", "subgoals", "refinements"} or None.
+
+    `examples` (from the seed pool, `envreg.synth.seeds`) are shown to the articulation stage.
+    """
     from envreg.synth.llm import chat_json
+    from envreg.synth.seeds import SeedPool
 
     described = _describe_turns(turns)
     n = len(turns)
@@ -152,7 +167,7 @@ async def generate_queries(
     articulated = await chat_json(
         llm,
         SYSTEM,
-        f"Scenario: {scenario['scenario']}\nSubgoals: {json.dumps(subgoals['subgoals'])}\nExecuted calls:\n{described}\n\n"
+        f"{SeedPool.describe(examples or [])}Scenario: {scenario['scenario']}\nSubgoals: {json.dumps(subgoals['subgoals'])}\nExecuted calls:\n{described}\n\n"
         "For each turn write the user's request: natural, first person, giving every value the user "
         "must provide (names, dates, amounts), never internal ids. "
         f'JSON: {{"queries": [{n} strings]}}',

@@ -18,8 +18,11 @@ state hash in it was produced by executing the calls in a sandbox, never imagine
 
 Fields added later, all optional so older records still load: `Turn.states` (each environment's
 full state after the turn, so that a turn can be replayed or scored on its own), `Turn.answer`
-(the assistant's closing message) and `Turn.messages` (the turn's conversation after the query
-when an LLM solved it: assistant text, tool calls, simulated-user replies, in OpenAI chat form).
+(the assistant's closing message), `Turn.messages` (the turn's conversation after the query
+when an LLM solved it: assistant text, tool calls, simulated-user replies, in OpenAI chat form)
+`Turn.facts` (what the answer of a read-only turn must state, `envreg.reward.answer`; None:
+derived from the results when the turn is scored) and `ExecutedCall.observation` (what the agent saw
+when an augmentation reshaped the result; exports show it, the reward compares `result`).
 
 Tool names in exports: a trajectory over one environment uses the plain tool names; over several,
 ``<env>__<tool>`` (`function_name` / `split_function_name`), as multi-server MCP hosts do.
@@ -57,10 +60,12 @@ class Call(BaseModel):
 
 
 class ExecutedCall(Call):
-    """A call together with what the sandbox answered."""
+    """A call together with what the sandbox answered (`observation`: the text the agent saw, when an
+    augmentation reshaped it: another format, noise fields, an injected error)."""
 
     result: Any = None
     is_error: bool = False
+    observation: str | None = None
 
 
 class Turn(BaseModel):
@@ -77,6 +82,10 @@ class Turn(BaseModel):
     answer: str = Field(default="", description="The assistant's closing message of the turn.")
     messages: list[dict[str, Any]] = Field(
         default_factory=list, description="The turn's conversation after the query, when an LLM solved it."
+    )
+    facts: list[list[str | int | float]] | None = Field(
+        default=None,
+        description="What the answer must state (read-only turns), each a list of alternatives; None: derived.",
     )
 
 

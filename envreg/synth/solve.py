@@ -1,14 +1,15 @@
-"""pass@k solving with an LLM: native tool calling against the sandboxes, traces kept only when
-they reach the executed oracle's final state.
+"""pass@k solving with an LLM: native tool calling against the sandboxes, traces kept turn by turn
+only as far as each turn is verified against the executed oracle's.
 
 For a chain executed as an oracle, QueryGen writes the user's queries; then `k` attempts each get
 fresh sandboxes forked from the same initial snapshots, and the model solves the turns with native
 tool calls, sent through the sandbox's MCP URL with the `mcp` SDK client (on the local tier, which
 has no URL, straight to the sandbox). When the model answers in text, a simulated user (the same
 LLM, told the turn's goal and the values the user knows) replies, or says the goal is met.
-An attempt passes when every environment's final state equals the oracle's (volatile paths
-ignored) and, for an oracle that changes nothing, when it called every tool the oracle called.
-The kept trace is the passing attempt with the fewest calls; the record notes pass@k.
+Every turn of an attempt is verified (`envreg.synth.verify`: format, execution, state, coverage,
+judge); an attempt keeps the turns before its first rejected one, so a read the model skipped never
+passes because a later turn reached the right state. The kept trace is the attempt that keeps the
+most turns (then the fewest calls); the record notes pass@k and the verdicts.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from envreg.canonical import canonical_json, sha256_hex
-from envreg.env import states_equal
 from envreg.synth.execute import Skipped
 from envreg.synth.llm import chat
 from envreg.synth.query import generate_queries
 from envreg.synth.records import ExecutedCall, Trajectory, Turn, function_name, split_function_name
+from envreg.synth.verify import kept, verify_turns
 
 MAX_STEPS = 12
 DONE = "###DONE###"
@@ -110,18 +111,18 @@ def _user_details(turn: Turn, graph) -> dict[str, Any]:
 
 
 async def _attempt(synth, oracle: Trajectory, queries: list[str], goals: list[str]) -> dict[str, Any]:
-    """One solving attempt in fresh sandboxes; returns its turns and whether it matched the oracle."""
+    """One solving attempt in fresh sandboxes; returns its turns, the tool names it saw, and why it stopped."""
     llm = synth.llm
     envs = [e.name for e in oracle.envs]
     sandboxes: dict[str, Any] = {}
     turns: list[Turn] = []
-    outcome: dict[str, Any] = {"turns": turns, "passed": False, "reason": ""}
+    outcome: dict[str, Any] = {"turns": turns, "known": set(), "reason": ""}
     try:
         for env in envs:
             (sandboxes[env],) = await synth.rt.fork(oracle.snapshot_ids[env], 1, isolation=synth.isolation)
         async with ToolSessions(sandboxes) as sessions:
             tools = await _openai_tools(sessions, envs)
-            known = {t["function"]["name"] for t in tools}
+            known = outcome["known"] = {t["function"]["name"] for t in tools}
             history: list[dict[str, Any]] = [
                 {
                     "role": "system",
@@ -202,22 +203,12 @@ async def _attempt(synth, oracle: Trajectory, queries: list[str], goals: list[st
                         states=states,
                         answer=answer,
                         messages=history[start + 1 :],
+                        facts=oracle_turn.facts,
                     )
                 )
     finally:
         for sandbox in sandboxes.values():
             await sandbox.close()
-    final = turns[-1].states if turns else {}
-    same = all(states_equal(final.get(e), oracle.final_states[e], oracle.volatile.get(e, [])) for e in envs)
-    changes = oracle.final_state_sha256 != oracle.initial_state_sha256
-    called = {(c.env, c.tool) for t in turns for c in t.calls if not c.is_error}
-    covered = {(c.env, c.tool) for c in oracle.calls} <= called
-    outcome["passed"] = same and (changes or covered)
-    outcome["reason"] = (
-        ""
-        if outcome["passed"]
-        else ("final state differs" if not same else "did not call the oracle's tools")
-    )
     return outcome
 
 
@@ -253,28 +244,45 @@ async def solve_with_llm(synth, oracle: Trajectory, rng: random.Random) -> Traje
     """LLM queries for an executed oracle, then pass@k solving; the passing trace with the fewest calls."""
     index = oracle.meta["index"]
     plain_turns = [[c.model_dump() for c in t.calls] for t in oracle.turns]
-    generated = await generate_queries(synth.llm, plain_turns, rng)
+    examples = synth.seed_pool.sample(oracle.meta["chain_seed"])
+    generated = await generate_queries(synth.llm, plain_turns, rng, examples)
     if generated is None:
         oracle.meta["query"] = {"fallback": "the LLM gave no valid queries; templates used"}
         return oracle
     attempts = [
         await _attempt(synth, oracle, generated["queries"], generated["subgoals"]) for _ in range(synth.k)
     ]
-    passed = [a for a in attempts if a["passed"]]
-    if not passed:
-        return Skipped(index, "no pass@k trace reached the oracle's final state")
-    best = min(passed, key=lambda a: sum(len(t.calls) for t in a["turns"]))
-    turns: list[Turn] = best["turns"]
+    for attempt in attempts:
+        attempt["verdicts"] = await verify_turns(oracle, attempt["turns"], attempt["known"], synth.llm)
+        attempt["kept"] = kept(attempt["verdicts"])
+        rejected = next((v for v in attempt["verdicts"] if not v.passed), None)
+        if rejected is not None:
+            synth.rejections[rejected.level] += 1
+            attempt["reason"] = f"turn {rejected.turn}: {rejected.level}: {rejected.reason}"
+        elif attempt["kept"] < len(oracle.turns):
+            attempt["reason"] = attempt["reason"] or f"stopped after {attempt['kept']} turns"
+    best = max(attempts, key=lambda a: (a["kept"], -sum(len(t.calls) for t in a["turns"][: a["kept"]])))
+    if best["kept"] == 0:
+        return Skipped(index, "no pass@k attempt passed the verification of its first turn")
+    turns: list[Turn] = best["turns"][: best["kept"]]
+    complete = [a for a in attempts if a["kept"] == len(oracle.turns)]
     meta = {
         **oracle.meta,
-        "query": {k: v for k, v in generated.items() if k != "queries"},
+        "query": {**{k: v for k, v in generated.items() if k != "queries"}, "examples": examples},
         "pass_at_k": {
             "k": synth.k,
-            "passed": len(passed),
-            "failures": [a["reason"] for a in attempts if not a["passed"]],
+            "passed": len(complete),
+            "failures": [a["reason"] for a in attempts if a["kept"] < len(oracle.turns)],
+        },
+        "verification": {
+            "kept_turns": len(turns),
+            "oracle_turns": len(oracle.turns),
+            "verdicts": [v.to_json() for v in best["verdicts"]],
         },
         "oracle": [
-            {"env": c.env, "tool": c.tool, "arguments": c.arguments, "masked": c.masked} for c in oracle.calls
+            {"env": c.env, "tool": c.tool, "arguments": c.arguments, "masked": c.masked}
+            for t in oracle.turns[: len(turns)]
+            for c in t.calls
         ],
         "llm": {"model": synth.llm.model, "base_url": synth.llm.base_url},
     }

@@ -134,9 +134,9 @@ class Backend(abc.ABC):
 
     async def logs(self, server: Server, tail: int) -> str:
         """The last `tail` lines of what the server printed (its container's output)."""
-        from envreg.errors import BadRequest
+        from envreg.errors import Conflict
 
-        raise BadRequest(
+        raise Conflict(
             f"{type(self).__name__} servers keep no log here",
             "logs are kept for the Docker tiers (container, instance); a local sandbox runs in its runtime's "
             "process, whose own output is its log",
