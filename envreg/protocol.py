@@ -24,6 +24,18 @@ ENV_AGENT_TOKEN = "ENVREG_AGENT_TOKEN"
 """Environment variable holding the agent plane's secret inside an image (only the gateway knows it)."""
 ENV_RECYCLE = "ENVREG_RECYCLE"
 """Set to 1 in an image: the server can be recycled (`POST /recycle`: a fresh process, see `envreg.server.recycle`)."""
+SESSION_IDLE_TIMEOUT = 60.0
+"""Seconds a 2025-11-25 session with no request in flight and no open event stream is kept."""
+
+# --- HTTP keep-alive -------------------------------------------------------------------------------
+KEEP_ALIVE_SECONDS = 60
+"""How long every port envreg serves (environment server, gateway, daemon) promises to keep an idle
+connection open: its answers say ``Keep-Alive: timeout=60``."""
+KEEP_ALIVE_GRACE = 15
+"""How much later than it promised a port closes an idle connection, so that a client reusing one at the
+promised time (a timer that fires late on a busy machine) never meets a connection being closed."""
+UPSTREAM_IDLE_SECONDS = 30.0
+"""How long the gateway keeps an idle connection to an environment server: well within its promise."""
 
 
 def agent_path(instance_id: str) -> str:

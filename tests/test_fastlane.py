@@ -258,7 +258,11 @@ async def test_a_server_that_does_not_answer_gets_a_504_naming_the_wait() -> Non
             async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
                 await stream.send(raw_call(route, gw.port))
                 [(status, body)] = await read_answers(stream, 1)
-        assert status == 504 and "no answer in 0.3 s" in json.loads(body)["error"]
+        # a JSON-RPC error, for the call's id, that every MCP client shows
+        error = json.loads(body)
+        assert status == 504 and error["id"] == 1 and error["error"]["code"] == -32603, error
+        assert "no answer in 0.3 s" in error["error"]["message"]
+        assert error["error"]["data"] == {"sandbox": route.id, "state": "no answer"}
 
 
 async def test_a_server_that_is_gone_gets_a_502() -> None:
@@ -270,7 +274,9 @@ async def test_a_server_that_is_gone_gets_a_502() -> None:
         async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
             await stream.send(raw_call(route, gw.port))
             [(status, body)] = await read_answers(stream, 1)
-    assert status == 502 and "did not answer" in json.loads(body)["error"]
+    error = json.loads(body)
+    assert status == 502 and "did not answer" in error["error"]["message"], error
+    assert error["error"]["data"] == {"sandbox": route.id, "state": "unreachable"}
 
 
 async def test_a_dropped_pooled_connection_is_retried_on_a_new_one(servers) -> None:

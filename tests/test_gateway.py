@@ -93,27 +93,74 @@ async def test_extra_hosts_and_cors_origins_are_configurable() -> None:
         assert r.status_code == 403
 
 
+def jsonrpc_error(r: httpx2.Response, rid: int | None = LIST["id"]) -> dict:
+    """The JSON-RPC error of a gateway answer to an MCP request (for the request's id)."""
+    body = r.json()
+    assert body["jsonrpc"] == "2.0" and body["id"] == rid and body["error"]["code"] == -32600, body
+    return body["error"]
+
+
 async def test_errors_say_what_to_do_and_never_echo_huge_ids() -> None:
     async with Runtime(reap_interval=0.1) as rt, httpx2.AsyncClient() as http:
         sb = await rt.sandbox("calendar", isolation="instance")
         r = await http.post(sb.mcp_url, json=LIST, headers=MODERN)
         assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
-        error = r.json()["error"]
+        error = jsonrpc_error(r)
         for words in ("Authorization: Bearer", "sb.token", "envreg run", "POST /v1/sandboxes"):
-            assert words in error, error
+            assert words in error["message"], error
+        assert error["data"] == {"sandbox": sb.id, "state": "no token"}
+        r = await http.post(sb.mcp_url, json=LIST, headers={**MODERN, "authorization": "Bearer nope"})
+        assert r.status_code == 401 and jsonrpc_error(r)["data"]["state"] == "wrong token"
         huge = "sb_" + "x" * 5000
         r = await http.post(f"{rt.gateway_url}/sandboxes/{huge}/mcp", json=LIST, headers=auth(sb))
         assert r.status_code == 404 and len(r.content) < 400 and "x" * 100 not in r.text, r.text
+        assert jsonrpc_error(r)["data"]["state"] == "unknown"
         r = await http.post(f"{rt.gateway_url}/sandboxes/{huge}/mcp/more", json=LIST, headers=auth(sb))
         assert r.status_code == 404 and len(r.content) < 400, r.text
         # an ended lease says so, not just "unknown"
         short = await rt.sandbox("calendar", isolation="instance", ttl=0.3)
         await anyio.sleep(1.0)
         r = await http.post(short.mcp_url, json=LIST, headers=auth(short))
-        assert r.status_code == 404 and r.json()["error"].endswith("lease expired"), r.text
+        assert r.status_code == 404 and jsonrpc_error(r)["message"].endswith("lease expired"), r.text
         await sb.close("deleted")
         r = await http.post(sb.mcp_url, json=LIST, headers=auth(sb))
-        assert r.status_code == 404 and r.json()["error"] == f"sandbox {sb.id} has ended: deleted"
+        assert r.status_code == 404
+        error = jsonrpc_error(r)
+        assert error["message"] == f"sandbox {sb.id} has ended: deleted"
+        assert error["data"] == {"sandbox": sb.id, "state": "ended"}
+        # the session era's GET and DELETE are MCP requests too (no id to answer); anything else is not
+        session = {**auth(sb), "mcp-protocol-version": LEGACY, "mcp-session-id": "abc"}
+        for method in ("GET", "DELETE"):
+            r = await http.request(method, sb.mcp_url, headers=session)
+            assert r.status_code == 404 and jsonrpc_error(r, None)["data"]["state"] == "ended", r.text
+        r = await http.post(sb.mcp_url, content=b"hello", headers={"authorization": f"Bearer {sb.token}"})
+        assert r.status_code == 404 and r.json() == {"error": f"sandbox {sb.id} has ended: deleted"}
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", LEGACY])
+async def test_the_mcp_client_shows_why_a_sandbox_refused_it(era: str) -> None:
+    """The `mcp` SDK's client shows the gateway's message (not "Server returned an error response")."""
+    async with Runtime() as rt:
+        sb = await rt.sandbox("calendar", isolation="instance")
+        with pytest.raises(Exception) as refused:
+            async with mcp_client(sb.mcp_url, era, "wrong") as client:
+                await client.list_tools()
+        assert "missing or wrong sandbox token" in _messages(refused.value), _messages(refused.value)
+        await sb.close("deleted")
+        with pytest.raises(Exception) as ended:
+            async with mcp_client(sb.mcp_url, era, sb.token) as client:
+                await client.list_tools()
+        assert f"sandbox {sb.id} has ended: deleted" in _messages(ended.value), _messages(ended.value)
+
+
+def _messages(exc: BaseException) -> str:
+    """Every message in an exception and the groups and causes around it, as a user reads a traceback."""
+    parts = [str(exc)]
+    for inner in getattr(exc, "exceptions", ()):
+        parts.append(_messages(inner))
+    if exc.__cause__ is not None:
+        parts.append(_messages(exc.__cause__))
+    return " | ".join(parts)
 
 
 async def test_a_hung_sandbox_answers_504_naming_the_wait() -> None:
@@ -142,7 +189,9 @@ async def test_a_hung_sandbox_answers_504_naming_the_wait() -> None:
             finally:
                 subprocess.run(["docker", "unpause", sb.server.id], check=True, capture_output=True)
             assert r.status_code == 504, r.text
-            assert r.json()["error"] == f"sandbox {sb.id}: no answer in 1.5 s; the call may still complete"
+            error = r.json()["error"]
+            assert error["message"] == f"sandbox {sb.id}: no answer in 1.5 s; the call may still complete"
+            assert error["code"] == -32603 and error["data"] == {"sandbox": sb.id, "state": "no answer"}
             assert 1.4 < waited < 10
             assert (await http.post(url, json=LIST, headers=auth(sb))).status_code == 200
             server.should_exit = True

@@ -144,7 +144,8 @@ async def test_open_streams_end_cleanly_when_sandboxes_stop_and_the_daemon_stops
             r = await http.post(
                 info["mcp_url"], json=LIST, headers={**MODERN, "authorization": f"Bearer {info['token']}"}
             )
-            assert r.status_code == 404 and r.json()["error"].endswith("lease expired"), r.text
+            assert r.status_code == 404 and r.json()["error"]["message"].endswith("lease expired"), r.text
+            assert r.json()["error"]["data"] == {"sandbox": info["id"], "state": "ended"}
             # the daemon stops promptly while agents hold streams open
             for isolation in ("container", "instance"):
                 info = proc.ok(

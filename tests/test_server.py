@@ -276,3 +276,19 @@ async def test_state_dump_then_load_then_next_call_equals_the_uninterrupted_run(
     async with mcp_client(server.mcp_url(await_fresh), "2026-07-28") as client:
         await client.call_tool("increment", {"by": 3})
     assert server.state(await_fresh)["sha256"] == server.state(straight)["sha256"]
+
+
+async def test_agent_plane_errors_are_jsonrpc_for_mcp_requests(env_server) -> None:
+    """An MCP client gets a JSON-RPC error it can show; anything else gets {"error": ...}."""
+    server = env_server(COUNTER, True, "--agent-token", "agent-secret")
+    body, headers = modern_request("tools/list")
+    r = httpx2.post(f"{server.url}/mcp", json=body, headers=headers)
+    assert r.status_code == 401 and r.json()["error"]["code"] == -32600, r.text
+    assert "answers only its runtime" in r.json()["error"]["message"]
+    auth = {**headers, "authorization": "Bearer agent-secret"}
+    r = httpx2.post(f"{server.url}/elsewhere", json=body, headers=auth)
+    assert r.status_code == 404 and r.json()["error"]["message"].startswith("not found: MCP endpoints are")
+    r = httpx2.get(f"{server.url}/elsewhere", headers={"authorization": "Bearer agent-secret"})
+    assert r.status_code == 404 and r.json() == {
+        "error": "not found: MCP endpoints are /mcp and /i/<instance>/mcp"
+    }

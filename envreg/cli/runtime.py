@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from envreg.cli.output import JsonOpt, QuietOpt, err, fail, print_json
-from envreg.protocol import DEFAULT_GRACE, TIERS
+from envreg.protocol import DEFAULT_GRACE, KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS, TIERS
 
 FOREVER = 10 * 365 * 24 * 3600.0
 SERVER_HINT = "pip install 'envreg[server]' (FastAPI, for the daemon's REST API)"
@@ -146,6 +146,13 @@ def serve(
     ] = None,
     allow_host: AllowHost = None,
     cors_origin: CorsOrigin = None,
+    keep_alive: Annotated[
+        int,
+        typer.Option(
+            help="Seconds an idle connection to this port is kept (answers say Keep-Alive: timeout=N; "
+            f"it is closed {KEEP_ALIVE_GRACE} s later). Above any proxy's idle timeout in front of it."
+        ),
+    ] = KEEP_ALIVE_SECONDS,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Run the runtime daemon: a REST control API (OpenAPI at /openapi.json) and the MCP gateway, on one port."""
@@ -164,10 +171,10 @@ def serve(
             f"a daemon already runs for {daemon_file().parent} at {running['url']} (pid {running['pid']})",
             f"stop it (kill {running['pid']}) or set ENVREG_HOME to run another",
         )
-    if lease_ttl <= 0 or max_sandboxes < 1 or recycle < 0:
+    if lease_ttl <= 0 or max_sandboxes < 1 or recycle < 0 or keep_alive < 1:
         raise fail(
-            "bad --lease-ttl, --max-sandboxes or --recycle",
-            "--lease-ttl and --max-sandboxes must be positive, --recycle at least 0",
+            "bad --lease-ttl, --max-sandboxes, --keep-alive or --recycle",
+            "--lease-ttl, --max-sandboxes and --keep-alive must be positive, --recycle at least 0",
             2,
         )
     token = token or daemon_token()
@@ -183,6 +190,7 @@ def serve(
         public_url=public_url,
         allowed_hosts=tuple(allow_host or ()),
         cors_origins=tuple(cors_origin or ()),
+        keep_alive=keep_alive,
         log_level=log_level,
     )
     if host not in ("127.0.0.1", "::1", "localhost"):

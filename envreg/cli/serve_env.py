@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from envreg.cli.output import fail
-from envreg.protocol import AGENT_PORT, CONTROL_PORT
+from envreg.protocol import AGENT_PORT, CONTROL_PORT, SESSION_IDLE_TIMEOUT
 
 
 def serve_env(
@@ -45,6 +45,23 @@ def serve_env(
             show_default=False,
         ),
     ] = None,
+    max_sessions: Annotated[
+        int | None,
+        typer.Option(
+            help="Open 2025-11-25 sessions kept at once (default: sized to the memory limit).",
+            show_default=False,
+        ),
+    ] = None,
+    max_sessions_per_instance: Annotated[
+        int | None,
+        typer.Option(
+            help="Open sessions kept per instance (default: an eighth of --max-sessions).", show_default=False
+        ),
+    ] = None,
+    session_idle_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a session with no request in flight and no open event stream is kept."),
+    ] = SESSION_IDLE_TIMEOUT,
 ) -> None:
     """Serve an environment over MCP streamable HTTP, with a token-protected control plane.
 
@@ -55,21 +72,24 @@ def serve_env(
     token = token or os.environ.get(ENV_TOKEN)
     if not token:
         raise fail("the control plane needs a token", f"pass --token or set {ENV_TOKEN}", 2)
-    serve(
-        ServerConfig(
-            env=env,
-            host=host,
-            port=port,
-            control_port=control_port,
-            token=token,
-            max_instances=max_instances,
-            max_body=max_body,
-            snapshot_budget=snapshot_cache_mb * 1024 * 1024,
-            fast_path=fast_path,
-            preload_sdk=preload_sdk,
-            agent_token=agent_token or os.environ.get(ENV_AGENT_TOKEN) or None,
-        )
+    config = ServerConfig(
+        env=env,
+        host=host,
+        port=port,
+        control_port=control_port,
+        token=token,
+        max_instances=max_instances,
+        max_body=max_body,
+        snapshot_budget=snapshot_cache_mb * 1024 * 1024,
+        fast_path=fast_path,
+        preload_sdk=preload_sdk,
+        agent_token=agent_token or os.environ.get(ENV_AGENT_TOKEN) or None,
+        max_sessions=max_sessions,
+        max_sessions_per_instance=max_sessions_per_instance,
+        session_idle_timeout=session_idle_timeout,
     )
+    config.session_limits()  # bad limits are refused here, before anything starts
+    serve(config)
 
 
 def register(app: typer.Typer) -> None:

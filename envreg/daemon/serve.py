@@ -20,7 +20,9 @@ import httpx2
 import uvicorn
 
 from envreg.config import envreg_home
+from envreg.protocol import KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS
 from envreg.runtime.gateway import QuietServer
+from envreg.server.http import KeepAlive
 
 logger = logging.getLogger("envreg.daemon")
 DEFAULT_PORT = 7070
@@ -86,6 +88,8 @@ class DaemonConfig:
     public_url: str | None = None
     allowed_hosts: tuple[str, ...] = ()
     cors_origins: tuple[str, ...] = ()
+    keep_alive: int = KEEP_ALIVE_SECONDS
+    """Seconds an idle connection is kept, as answers say (`KeepAlive`); closed `KEEP_ALIVE_GRACE` later."""
     write_file: bool = True
     log_level: str = "warning"
 
@@ -146,10 +150,11 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
             app = create_app(rt, settings, http)
             server = QuietServer(
                 uvicorn.Config(
-                    app,
+                    KeepAlive(app, config.keep_alive),
                     lifespan="off",
                     log_level=config.log_level,
                     access_log=False,
+                    timeout_keep_alive=config.keep_alive + KEEP_ALIVE_GRACE,
                     timeout_graceful_shutdown=5,
                 )
             )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable
@@ -23,13 +22,13 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from envreg.protocol import GATEWAY_PREFIX
-from envreg.runtime.gateway import HOP_BY_HOP, NOT_FORWARDED
+from envreg.protocol import GATEWAY_PREFIX, KEEP_ALIVE_SECONDS, UPSTREAM_IDLE_SECONDS
+from envreg.runtime.gateway import HOP_BY_HOP, NOT_FORWARDED, upstream_error_body
+from envreg.server.http import jsonrpc_request
 
 logger = logging.getLogger("envreg.gateway")
 
 MAX_HEAD = 64 * 1024
-IDLE_SECONDS = 30.0  # pooled upstream connections, below the environment server's keep-alive
 _LEAVE = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"origin"})
 _LOOPBACK = (b"127.0.0.1", b"localhost", b"[::1]")
 
@@ -37,10 +36,18 @@ _LOOPBACK = (b"127.0.0.1", b"localhost", b"[::1]")
 class Lane:
     """What the lane needs from the gateway: sandboxes by id, the body limit, the upstream timeout."""
 
-    def __init__(self, lookup: Callable[[str], Any], max_body: int = 4 << 20, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        lookup: Callable[[str], Any],
+        max_body: int = 4 << 20,
+        timeout: float = 30.0,
+        keep_alive: int = KEEP_ALIVE_SECONDS,
+    ) -> None:
         self.lookup = lookup
         self.max_body = max_body
         self.timeout = timeout
+        self.keep_alive_header = b"keep-alive: timeout=%d\r\n" % keep_alive
+        """What answers say of an idle connection's life (uvicorn's `timeout_keep_alive` is its end)."""
         self.hosts: tuple[bytes, ...] = ()
         self.idle: dict[tuple, list[Upstream]] = defaultdict(list)
         self.calls = 0
@@ -119,7 +126,7 @@ class Lane:
         now = asyncio.get_running_loop().time()
         while idle:
             conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < IDLE_SECONDS:
+            if not conn.closed and now - conn.idle_since < UPSTREAM_IDLE_SECONDS:
                 return conn
             conn.close()
         return None
@@ -292,8 +299,7 @@ class Exchange:
         self.chunked = length is None
         if self.chunked:
             out.append(b"transfer-encoding: chunked\r\n")
-        if not self.keep_alive:
-            out.append(b"connection: close\r\n")
+        out.append(self.client.lane.keep_alive_header if self.keep_alive else b"connection: close\r\n")
         out.append(b"\r\n")
         self.head_sent = True
         return b"".join(out)
@@ -343,8 +349,10 @@ class Exchange:
             )
 
     def fail(self, status: int, message: str) -> None:
+        """A 502 / 504, as a JSON-RPC error when the request was JSON-RPC (`gateway.error_body`)."""
         self._stop_timer()
-        body = json.dumps({"error": message}).encode()
+        call = jsonrpc_request(self.request.partition(b"\r\n\r\n")[2])
+        body = upstream_error_body(status, message, call, self.sandbox.id)
         self.client.write(
             STATUS_LINE[status]
             + b"content-type: application/json\r\ncontent-length: "

@@ -8,7 +8,6 @@ gateway shuts down, so an environment server never holds a stream nobody reads.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
@@ -23,7 +22,17 @@ from envreg.runtime.access import shorten
 from envreg.runtime.backends.base import Upstream
 from envreg.runtime.sandbox import Sandbox
 from envreg.runtime.upstream import READ_TIMEOUT, UpstreamPool
-from envreg.server.http import BodyTooLarge, bearer_matches, read_body
+from envreg.server.http import (
+    INTERNAL_ERROR,
+    BodyTooLarge,
+    Call,
+    bearer_matches,
+    error_body,
+    mcp_call,
+    read_body,
+    send_bytes,
+    send_error,
+)
 
 logger = logging.getLogger("envreg.gateway")
 
@@ -56,14 +65,10 @@ def sandbox_id_from_path(path: str) -> str | None:
     return parts[0] if len(parts) == 2 and parts[1] == "mcp" and parts[0] else None
 
 
-async def send_error(
-    send: Send, status: int, message: str, headers: Iterable[tuple[bytes, bytes]] = ()
-) -> None:
-    """A JSON ``{"error": message}`` answer."""
-    body = json.dumps({"error": message}).encode()
-    start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": [*start, *headers]})
-    await send({"type": "http.response.body", "body": body})
+def upstream_error_body(status: int, message: str, call: Call, sandbox_id: str) -> bytes:
+    """The answer of a 502 / 504: the sandbox's environment server did not answer (in time)."""
+    data = {"sandbox": sandbox_id, "state": "no answer" if status == 504 else "unreachable"}
+    return error_body(message, call, INTERNAL_ERROR, data)
 
 
 async def relay(
@@ -114,40 +119,67 @@ class Gateway:
         sandbox = self.lookup(sandbox_id) if sandbox_id else None
         upstream = sandbox.upstream if sandbox is not None and sandbox.ended is None else None
         if sandbox is None or upstream is None:
-            await send_error(send, 404, self._not_found(scope["path"], sandbox_id, sandbox))
+            message, state = self._not_found(scope["path"], sandbox_id, sandbox)
+            data = {"sandbox": shorten(sandbox_id), "state": state} if sandbox_id else None
+            await send_error(send, 404, message, call=await self._call(scope, receive), data=data)
             return
         if not sandbox.token or not bearer_matches(scope, sandbox.token):
             given = any(k == b"authorization" for k, _ in scope["headers"])
             challenge = b'Bearer realm="envreg sandbox"' + (b', error="invalid_token"' if given else b"")
-            await send_error(send, 401, HOW_TO_AUTHENTICATE, [(b"www-authenticate", challenge)])
+            await send_error(
+                send,
+                401,
+                HOW_TO_AUTHENTICATE,
+                [(b"www-authenticate", challenge)],
+                call=await self._call(scope, receive),
+                data={"sandbox": sandbox.id, "state": "wrong token" if given else "no token"},
+            )
             return
         try:
             body = await read_body(scope, receive, self.max_body)
         except BodyTooLarge:
-            await send_error(send, 413, f"request body over the {self.max_body} byte limit")
+            message = f"request body over the {self.max_body} byte limit"
+            await send_error(send, 413, message, call=mcp_call(scope, None))
             return
         # values without surrounding whitespace, as RFC 9110 5.5 parses them (`Mcp-Name:  x ` is `x`)
         headers = [(k, v.strip(b" \t")) for k, v in scope["headers"] if k not in NOT_FORWARDED]
         if upstream.token:
             headers.append((b"authorization", f"Bearer {upstream.token}".encode()))
         query = f"?{scope['query_string'].decode()}" if scope.get("query_string") else ""
+        call = mcp_call(scope, body)
         if scope["method"] == "POST":
-            await self._post(sandbox, upstream, upstream.path + query, headers, body, receive, send)
+            await self._post(sandbox, upstream, upstream.path + query, headers, body, call, receive, send)
         else:
             url = f"http://{upstream.host}:{upstream.port}{upstream.path}{query}"
-            await self._stream(sandbox, scope["method"], url, headers, body, receive, send)
+            await self._stream(sandbox, scope["method"], url, headers, body, call, receive, send)
 
-    def _not_found(self, path: str, sandbox_id: str | None, sandbox: Sandbox | None) -> str:
+    async def _call(self, scope: Scope, receive: Receive) -> Call:
+        """What a refused request was (`mcp_call`), reading its body when it has one within the limit."""
+        if scope["method"] != "POST":
+            return mcp_call(scope, None)
+        try:
+            return mcp_call(scope, await read_body(scope, receive, self.max_body))
+        except BodyTooLarge:
+            return mcp_call(scope, None)
+
+    def _not_found(self, path: str, sandbox_id: str | None, sandbox: Sandbox | None) -> tuple[str, str]:
+        """Why there is no sandbox to relay to, and its state: ended, local or unknown."""
         if sandbox_id is None:
-            return f"no MCP endpoint at {shorten(path)!r}: sandboxes answer at /sandboxes/<id>/mcp"
+            return f"no MCP endpoint at {shorten(path)!r}: sandboxes answer at /sandboxes/<id>/mcp", "unknown"
         reason = (sandbox.ended if sandbox is not None else None) or self.ended(sandbox_id)
         if reason:
-            return f"sandbox {sandbox_id} has ended: {reason}"
+            return f"sandbox {sandbox_id} has ended: {reason}", "ended"
         if sandbox is not None:
             return (
-                f"sandbox {sandbox_id} is on the local tier, which has no MCP URL; lease it on a Docker tier"
+                f"sandbox {sandbox_id} is on the local tier, which has no MCP URL; lease it on a Docker tier",
+                "local",
             )
-        return f"no sandbox {shorten(sandbox_id)!r}: it never existed here, or it ended long ago"
+        return f"no sandbox {shorten(sandbox_id)!r}: it never existed here, or it ended long ago", "unknown"
+
+    async def _upstream_error(
+        self, send: Send, status: int, sandbox: Sandbox, message: str, call: Call
+    ) -> None:
+        await send_bytes(send, status, upstream_error_body(status, message, call, sandbox.id))
 
     def _no_answer(self, sandbox: Sandbox) -> str:
         return f"sandbox {sandbox.id}: no answer in {self.timeout:g} s; the call may still complete"
@@ -159,6 +191,7 @@ class Gateway:
         target: str,
         headers: list,
         body: bytes,
+        call: Call,
         receive: Receive,
         send: Send,
     ) -> None:
@@ -167,10 +200,11 @@ class Gateway:
             key = (upstream.server_id, upstream.host, upstream.port)
             response = await self.upstream.post(key, target, headers, body)
         except UpstreamTimeout:
-            await send_error(send, 504, self._no_answer(sandbox))
+            await self._upstream_error(send, 504, sandbox, self._no_answer(sandbox), call)
             return
         except (UpstreamError, OSError) as exc:
-            await send_error(send, 502, f"sandbox {sandbox.id} did not answer: {_reason(exc)}")
+            message = f"sandbox {sandbox.id} did not answer: {_reason(exc)}"
+            await self._upstream_error(send, 502, sandbox, message, call)
             return
         try:
             await self._relay(sandbox, response.status, response.headers, response.body, receive, send)
@@ -184,6 +218,7 @@ class Gateway:
         url: str,
         headers: list,
         body: bytes,
+        call: Call,
         receive: Receive,
         send: Send,
     ) -> None:
@@ -195,10 +230,11 @@ class Gateway:
             with anyio.fail_after(self.timeout):
                 response = await self.http.send(request, stream=True)
         except TimeoutError:
-            await send_error(send, 504, self._no_answer(sandbox))
+            await self._upstream_error(send, 504, sandbox, self._no_answer(sandbox), call)
             return
         except httpx2.TransportError as exc:
-            await send_error(send, 502, f"sandbox {sandbox.id} did not answer: {_reason(exc)}")
+            message = f"sandbox {sandbox.id} did not answer: {_reason(exc)}"
+            await self._upstream_error(send, 502, sandbox, message, call)
             return
         try:
             await self._relay(

@@ -14,7 +14,7 @@ import httpx2
 
 from envreg.env import Environment
 from envreg.errors import BadRequest, EnvregError
-from envreg.protocol import SHARED_TIERS, TIERS, Isolation
+from envreg.protocol import KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS, SHARED_TIERS, TIERS, Isolation
 from envreg.runtime.backends import create_backend
 from envreg.runtime.backends.base import Backend, EnvSpec
 from envreg.runtime.backends.local import LocalBackend
@@ -49,7 +49,8 @@ class Runtime:
     The gateway answers ``127.0.0.1``/``localhost``/``[::1]`` at its port and `allowed_hosts`
     (``name:port`` or ``name:*``); browser pages at `cors_origins` may call it (none by default). It
     relays plain tool calls on its fast lane (`envreg.runtime.fastlane`); `gateway_lane=False` sends
-    everything through the ASGI gateway.
+    everything through the ASGI gateway. Its answers say how long an idle connection is kept
+    (``Keep-Alive: timeout=<gateway_keep_alive>``); it is closed `KEEP_ALIVE_GRACE` seconds later.
     """
 
     def __init__(
@@ -64,6 +65,7 @@ class Runtime:
         gateway_host: str = "127.0.0.1",
         gateway_port: int = 0,
         gateway_lane: bool = True,
+        gateway_keep_alive: int = KEEP_ALIVE_SECONDS,
         instances_per_container: int = 256,
         recycle: int = 0,
         limits: Any = None,
@@ -84,6 +86,7 @@ class Runtime:
         self.allowed_hosts = tuple(allowed_hosts)
         self.cors_origins = tuple(cors_origins)
         self.gateway_lane = gateway_lane
+        self.gateway_keep_alive = gateway_keep_alive
         self._lane: Any = None
         self.instances_per_container = instances_per_container
         self.recycle = recycle
@@ -309,17 +312,20 @@ class Runtime:
         from envreg.runtime.access import AccessGuard
         from envreg.runtime.fastlane import Lane
         from envreg.runtime.gateway import Gateway, QuietServer
+        from envreg.server.http import KeepAlive
 
         assert self._http is not None
         gateway = self._gateway = Gateway(self.get, self._http, ended=self.ended_reason)
-        self._lane = Lane(self.get, gateway.max_body) if self.gateway_lane else None
+        keep_alive = self.gateway_keep_alive
+        self._lane = Lane(self.get, gateway.max_body, keep_alive=keep_alive) if self.gateway_lane else None
         config = uvicorn.Config(
-            AccessGuard(gateway, self.allowed_hosts, self.cors_origins),
+            KeepAlive(AccessGuard(gateway, self.allowed_hosts, self.cors_origins), keep_alive),
             host=self.gateway_host,
             port=self.gateway_port,
             lifespan="off",
             log_level="warning",
             access_log=False,
+            timeout_keep_alive=keep_alive + KEEP_ALIVE_GRACE,
             **({"http": self._lane.protocol()} if self._lane is not None else {}),
         )
         server = self._gateway_server = QuietServer(config)

@@ -16,9 +16,9 @@ from anyio.abc import SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from envreg.errors import UpstreamError, UpstreamTimeout
+from envreg.protocol import UPSTREAM_IDLE_SECONDS
 
 MAX_HEAD = 64 * 1024
-IDLE_SECONDS = 30.0  # below the environment server's keep-alive timeout, so a pooled connection is open
 READ_TIMEOUT = 30.0
 
 
@@ -51,12 +51,12 @@ class UpstreamPool:
     async def _connection(self, key: Key) -> tuple[_Connection, bool]:
         """A pooled connection (and True) or a new one (and False)."""
         now = time.monotonic()
-        if now - self._purged > IDLE_SECONDS:
+        if now - self._purged > UPSTREAM_IDLE_SECONDS:
             await self._purge(now)
         idle = self._idle[key]
         while idle:
             conn = idle.pop()
-            if now - conn.idle_since < IDLE_SECONDS:
+            if now - conn.idle_since < UPSTREAM_IDLE_SECONDS:
                 return conn, True
             await conn.stream.aclose()
         try:
@@ -70,7 +70,7 @@ class UpstreamPool:
         """Close connections idle too long (their containers may be gone)."""
         self._purged = now
         for key in list(self._idle):
-            keep = [c for c in self._idle[key] if now - c.idle_since < IDLE_SECONDS]
+            keep = [c for c in self._idle[key] if now - c.idle_since < UPSTREAM_IDLE_SECONDS]
             for conn in self._idle.pop(key):
                 if conn not in keep:
                     await conn.stream.aclose()

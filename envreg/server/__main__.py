@@ -12,7 +12,14 @@ import sys
 from dataclasses import replace
 
 from envreg.config import startup_trace
-from envreg.protocol import AGENT_PORT, CONTROL_PORT, ENV_AGENT_TOKEN, ENV_RECYCLE, ENV_TOKEN
+from envreg.protocol import (
+    AGENT_PORT,
+    CONTROL_PORT,
+    ENV_AGENT_TOKEN,
+    ENV_RECYCLE,
+    ENV_TOKEN,
+    SESSION_IDLE_TIMEOUT,
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -44,6 +51,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--agent-token", help=f"Bearer token required on the agent plane (default: ${ENV_AGENT_TOKEN})."
     )
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=None,
+        help="Open 2025-11-25 sessions kept at once (default: sized to the memory limit).",
+    )
+    p.add_argument(
+        "--max-sessions-per-instance",
+        type=int,
+        default=None,
+        help="Open sessions kept per instance (default: an eighth of --max-sessions).",
+    )
+    p.add_argument(
+        "--session-idle-timeout",
+        type=float,
+        default=SESSION_IDLE_TIMEOUT,
+        help="Seconds a session with no request in flight and no open event stream is kept.",
+    )
     return p
 
 
@@ -54,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the control plane needs a token: pass --token or set {ENV_TOKEN}", file=sys.stderr)
         return 2
     trace = Startup() if startup_trace() else None
+    from envreg.errors import BadRequest
     from envreg.server.app import ServerConfig, serve
 
     if trace:
@@ -76,7 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         preload_sdk=args.preload_sdk,
         agent_token=args.agent_token or os.environ.get(ENV_AGENT_TOKEN) or None,
         recyclable=os.environ.get(ENV_RECYCLE) == "1",
+        max_sessions=args.max_sessions,
+        max_sessions_per_instance=args.max_sessions_per_instance,
+        session_idle_timeout=args.session_idle_timeout,
     )
+    try:
+        config.session_limits()
+    except BadRequest as exc:
+        print(f"error: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        return 2
     on_ready = trace.report if trace else None
     if config.recyclable:
         from envreg.server.recycle import prepare, serve_recyclable

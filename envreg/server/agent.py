@@ -5,10 +5,21 @@ from __future__ import annotations
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from envreg.server.http import BodyTooLarge, bearer_matches, read_body, replay, send_bytes, send_json
+from envreg.server.http import (
+    BodyTooLarge,
+    bearer_matches,
+    mcp_call,
+    read_body,
+    replay,
+    send_bytes,
+    send_error,
+)
 from envreg.server.instances import InstanceStore, instance_id_from_path
 from envreg.server.lean import HostCheck, LeanPath
 from envreg.server.sdk import LazySDK
+from envreg.server.sessions import SessionLimits
+
+_BLANK = (b" ", b"\t")
 
 
 class AgentPlane:
@@ -27,11 +38,18 @@ class AgentPlane:
         fast_path: bool = True,
         preload_sdk: bool = False,
         token: str | None = None,
+        sessions: SessionLimits | None = None,
     ) -> None:
         self.store = store
         self.token = token
         self.max_body = max_body
-        self.sdk = LazySDK(store, max_body, loopback, preload=preload_sdk or not fast_path)
+        self.sdk = LazySDK(
+            store,
+            max_body,
+            loopback,
+            sessions or SessionLimits.detect(),
+            preload=preload_sdk or not fast_path,
+        )
         self.lean = LeanPath(store, HostCheck() if loopback else None) if fast_path else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -40,32 +58,23 @@ class AgentPlane:
             return
         if scope["type"] != "http":
             return
+        if any(v[:1] in _BLANK or v[-1:] in _BLANK for _, v in scope["headers"]):
+            # values without surrounding whitespace, as RFC 9110 5.5 parses them (`Mcp-Name:  x ` is `x`)
+            scope = {**scope, "headers": [(k, v.strip(b" \t")) for k, v in scope["headers"]]}
         if self.token is not None and not bearer_matches(scope, self.token):
-            await send_json(
-                send,
-                401,
-                {
-                    "error": "this environment server answers only its runtime: reach the sandbox through its MCP URL"
-                },
+            message = (
+                "this environment server answers only its runtime: reach the sandbox through its MCP URL"
             )
+            await send_error(send, 401, message, call=mcp_call(scope, None))
             return
         instance_id = instance_id_from_path(scope["path"])
         if instance_id is None:
-            await send_json(send, 404, {"error": "not found: MCP endpoints are /mcp and /i/<instance>/mcp"})
+            message = "not found: MCP endpoints are /mcp and /i/<instance>/mcp"
+            await send_error(send, 404, message, call=mcp_call(scope, None))
             return
         if instance_id not in self.store:
-            await send_json(
-                send,
-                404,
-                {
-                    "jsonrpc": "2.0",
-                    "id": None,
-                    "error": {
-                        "code": -32600,
-                        "message": f"no instance {instance_id!r}: deleted or never created",
-                    },
-                },
-            )
+            message = f"no instance {instance_id!r}: deleted or never created"
+            await send_error(send, 404, message, call=(True, None))
             return
         if self.lean is not None and scope["method"] == "POST":
             try:

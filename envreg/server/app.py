@@ -12,11 +12,19 @@ from typing import Any
 import anyio
 
 from envreg.env import Environment, load_environment
-from envreg.protocol import AGENT_PORT, CONTROL_PORT
+from envreg.protocol import (
+    AGENT_PORT,
+    CONTROL_PORT,
+    KEEP_ALIVE_GRACE,
+    KEEP_ALIVE_SECONDS,
+    SESSION_IDLE_TIMEOUT,
+)
 from envreg.server.agent import AgentPlane
 from envreg.server.control import control_app
+from envreg.server.http import KeepAlive
 from envreg.server.instances import InstanceStore
 from envreg.server.recycle import end_for_recycle
+from envreg.server.sessions import SessionLimits
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 AGENT_BODY = 4 * 1024 * 1024
@@ -40,6 +48,18 @@ class ServerConfig:
     """`POST /recycle` ends the process asking for a fresh one (under `envreg.server.recycle`)."""
     generation: int = 0
     """Which process of a recyclable server this is (0, 1, ...): `/healthz` says it."""
+    max_sessions: int | None = None
+    """Open 2025-11-25 sessions kept at once (None: sized to the memory limit, `SessionLimits.for_memory`)."""
+    max_sessions_per_instance: int | None = None
+    session_idle_timeout: float = SESSION_IDLE_TIMEOUT
+    """Seconds a session without a request in flight (or an open event stream) is kept."""
+
+    def session_limits(self) -> SessionLimits:
+        return SessionLimits.detect(
+            idle_timeout=self.session_idle_timeout,
+            max_sessions=self.max_sessions,
+            max_per_instance=self.max_sessions_per_instance,
+        )
 
 
 def body_limits(env: Environment, max_body: int | None) -> tuple[int, int]:
@@ -86,10 +106,17 @@ class EnvServer:
             fast_path=config.fast_path,
             preload_sdk=config.preload_sdk,
             token=config.agent_token,
+            sessions=config.session_limits(),
         )
         recycle = end_for_recycle if config.recyclable else None
         control = control_app(
-            store, config.token, control_body, load_manifest(env), recycle, config.generation
+            store,
+            config.token,
+            control_body,
+            load_manifest(env),
+            recycle,
+            config.generation,
+            sessions=agent.sdk.session_stats,
         )
         return cls(store, agent, control)
 
@@ -104,19 +131,23 @@ async def serve_async(
     import uvicorn
 
     server = EnvServer.build(config, env)
-    # keep-alive outlasts the gateway's pooled connections (envreg.runtime.upstream.IDLE_SECONDS)
+    # keep-alive outlasts the gateway's pooled connections (envreg.protocol.UPSTREAM_IDLE_SECONDS)
     common: dict[str, Any] = {
         "host": config.host,
         "log_level": "warning",
         "log_config": None,  # no dictConfig at start: warnings go to stderr through the last-resort handler
         "access_log": False,
-        "timeout_keep_alive": 75,
+        "timeout_keep_alive": KEEP_ALIVE_SECONDS + KEEP_ALIVE_GRACE,
         "ws": "none",
         "proxy_headers": False,
         "lifespan": "off",  # the one background task (the mcp SDK, on demand) runs in the task group below
     }
-    agent = uvicorn.Server(uvicorn.Config(server.agent, port=config.port, **common))
-    control = uvicorn.Server(uvicorn.Config(server.control, port=config.control_port, **common))
+    agent = uvicorn.Server(
+        uvicorn.Config(KeepAlive(server.agent, KEEP_ALIVE_SECONDS), port=config.port, **common)
+    )
+    control = uvicorn.Server(
+        uvicorn.Config(KeepAlive(server.control, KEEP_ALIVE_SECONDS), port=config.control_port, **common)
+    )
     servers = (agent, control)
 
     async def run(s: uvicorn.Server, sock: socket.socket | None) -> None:

@@ -165,9 +165,11 @@ def control_app(
     manifest: dict[str, Any],
     recycle: Callable[[], None] | None = None,
     generation: int = 0,
+    sessions: Callable[[], dict[str, Any]] | None = None,
 ) -> ASGIApp:
     """The control plane; `recycle`, when given, ends the process for a fresh one (`POST /recycle`),
-    whose `generation` is one more: a caller waits for `/healthz` to report it."""
+    whose `generation` is one more: a caller waits for `/healthz` to report it. `sessions` says what
+    `/healthz` reports of the agent plane's MCP sessions."""
     env = store.env
     router = Router()
 
@@ -200,6 +202,7 @@ def control_app(
                 "version": env.version,
                 "instances": len(store),
                 "generation": generation,
+                **({"sessions": sessions()} if sessions is not None else {}),
             }
         )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from envreg.env import Environment, Instance, ToolResult
@@ -37,6 +38,7 @@ class InstanceStore:
         self.snapshots = SnapshotCache(snapshot_budget)
         self._instances: dict[str, Instance] = {}
         self._augmenters: dict[str, Augmenter] = {}
+        self._on_delete: list[Callable[[str], None]] = []
         if default:
             self._instances[DEFAULT_INSTANCE] = env.instance()
 
@@ -71,7 +73,15 @@ class InstanceStore:
 
     def delete(self, instance_id: str) -> bool:
         self._augmenters.pop(instance_id, None)
-        return self._instances.pop(instance_id, None) is not None
+        if self._instances.pop(instance_id, None) is None:
+            return False
+        for callback in self._on_delete:
+            callback(instance_id)
+        return True
+
+    def watch_deletes(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(instance_id)` whenever an instance is deleted (its MCP sessions end with it)."""
+        self._on_delete.append(callback)
 
     def call_tool(self, instance_id: str, name: str, arguments: dict[str, Any] | None) -> ToolResult:
         """Run one tool on an instance, through its augmentation when it has one.

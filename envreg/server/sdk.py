@@ -9,6 +9,7 @@ import anyio
 
 from envreg.env import UnknownToolError
 from envreg.server.instances import InstanceStore, instance_id_from_path
+from envreg.server.sessions import SessionGate, SessionLimits
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -16,13 +17,17 @@ if TYPE_CHECKING:
 logger = logging.getLogger("envreg.server")
 
 
-def build_sdk_app(store: InstanceStore, max_body: int, loopback: bool) -> tuple[Any, Any]:
-    """A low-level `mcp` Server exposing only the environment's tools, and its session manager."""
+def build_sdk_app(
+    store: InstanceStore, max_body: int, loopback: bool, limits: SessionLimits
+) -> tuple[SessionGate, Any]:
+    """A low-level `mcp` Server exposing only the environment's tools, its session manager, and the
+    `SessionGate` in front of it (the ASGI app to serve)."""
     import mcp_types as types
     from mcp.server.lowlevel.server import Server
     from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-    from mcp.server.transport_security import TransportSecuritySettings
+    from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
     from mcp.shared.exceptions import MCPError
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
     env = store.env
     listed = env.list_tools()
@@ -67,9 +72,24 @@ def build_sdk_app(store: InstanceStore, max_body: int, loopback: bool) -> tuple[
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
         )
     manager = StreamableHTTPSessionManager(
-        app=server, json_response=True, security_settings=security, max_request_body_size=max_body
+        app=server,
+        json_response=True,
+        security_settings=security,
+        max_request_body_size=max_body,
+        session_idle_timeout=limits.idle_timeout,
+        # the gate keeps to `limits.max_sessions`; this is a backstop, with room for the opening requests
+        # that are not initializes (each holds a session while the SDK refuses it)
+        max_sessions=limits.max_sessions + max(64, limits.max_sessions // 4),
     )
-    return StreamableHTTPASGIApp(manager), manager
+    gate = SessionGate(
+        StreamableHTTPASGIApp(manager),
+        limits,
+        max_body=max_body,
+        handshake_versions=HANDSHAKE_PROTOCOL_VERSIONS,
+        security=TransportSecurityMiddleware(security),
+    )
+    store.watch_deletes(gate.end_instance)
+    return gate, manager
 
 
 class LazySDK:
@@ -79,11 +99,19 @@ class LazySDK:
     needs it, so containers that only serve those start in a fraction of that.
     """
 
-    def __init__(self, store: InstanceStore, max_body: int, loopback: bool, preload: bool = False) -> None:
-        self._args = (store, max_body, loopback)
+    def __init__(
+        self,
+        store: InstanceStore,
+        max_body: int,
+        loopback: bool,
+        limits: SessionLimits,
+        preload: bool = False,
+    ) -> None:
+        self._args = (store, max_body, loopback, limits)
+        self.limits = limits
         self._needed = anyio.Event()
         self._ready = anyio.Event()
-        self._asgi: Any = None
+        self._asgi: SessionGate | None = None
         self._error: BaseException | None = None
         self._started = False
         if preload:
@@ -103,14 +131,19 @@ class LazySDK:
             self._error = exc
             self._ready.set()
             return
-        async with manager.run():
+        async with manager.run(), anyio.create_task_group() as tg:
+            self._asgi.bind(tg)
             self._ready.set()
             await anyio.sleep_forever()
+
+    def session_stats(self) -> dict[str, Any]:
+        """Open sessions of the 2025-11-25 era and their limits (none open before the SDK starts)."""
+        return self._asgi.stats() if self._asgi is not None else self.limits.stats()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._needed.set()
         await self._ready.wait()
-        if self._error is not None:
+        if self._error is not None or self._asgi is None:
             raise RuntimeError("the mcp SDK failed to start") from self._error
         await self._asgi(scope, receive, send)
 

@@ -2,16 +2,20 @@
 //
 //   node drive.mjs JOB.json
 //
-// JOB: {"sdk": "v1" | "v2", "era": "2025-11-25" | "2026-07-28",
+// JOB: {"sdk": "v1" | "v2", "era": "2025-11-25" | "2026-07-28", "sync": optional boolean,
 //       "runs": [{"url": ..., "token": ..., "steps": [{"tool": ..., "arguments": {...}}]}]}
 // Prints {"runs": [{"protocolVersion", "tools": [names], "outcomes": [...]}]} on stdout, where an
 // outcome is {"isError", "text"} (the server's result, accepted by the client) or {"clientError"}
 // (the client refused the result or the call failed, e.g. a result that breaks its output schema).
+// With "sync", before each run it writes `envreg-run <index>` on a line of stderr and waits for a line on
+// stdin: the caller sets the sandbox up for that run (one sandbox serves many runs, one after another).
 
 import { readFileSync } from "node:fs";
+import { createInterface } from "node:readline";
 
 const job = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const info = { name: "envreg-tests", version: "1.0.0" };
+const lines = job.sync ? createInterface({ input: process.stdin })[Symbol.asyncIterator]() : null;
 
 async function connect(url, token) {
   const requestInit = { headers: { Authorization: `Bearer ${token}` } };
@@ -31,7 +35,11 @@ async function connect(url, token) {
 }
 
 const runs = [];
-for (const run of job.runs) {
+for (const [index, run] of job.runs.entries()) {
+  if (lines) {
+    process.stderr.write(`envreg-run ${index}\n`);
+    await lines.next();
+  }
   const { client, version } = await connect(run.url, run.token);
   const tools = (await client.listTools()).tools.map((t) => t.name);
   const outcomes = [];
@@ -47,3 +55,7 @@ for (const run of job.runs) {
   await client.close();
 }
 process.stdout.write(JSON.stringify({ runs }));
+if (lines) {
+  await lines.return();
+  process.stdin.destroy();
+}
