@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Iterator
@@ -27,6 +28,12 @@ def scaled(full: int, small: int) -> int:
     return full if FULL_SIZE else small
 
 
+def installed(*modules: str) -> bool:
+    """Whether every one of `modules` is installed, found without importing it: each xdist worker collects
+    every test module, and importing torch, sentence-transformers or verl there costs seconds per worker."""
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
 def bfcl_entries(categories: tuple[str, ...] | None = None) -> list:
     """BFCL's multi-turn entries: all 200 of each category under `--full`, else 40 evenly spread over each
     (every 5th: short and long ones, every class)."""
@@ -38,6 +45,15 @@ def bfcl_entries(categories: tuple[str, ...] | None = None) -> list:
         entries = bfcl.load_entries([category])
         out += entries[:: max(1, len(entries) // per_category)][:per_category]
     return out
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests parametrized by an environment `name` that use `env_server` share one worker per environment
+    (`--dist loadgroup`): each worker would otherwise start a server of every catalog environment."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec and "name" in callspec.params and "env_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(f"env-server-{callspec.params['name']}"))
 
 
 @pytest.fixture(scope="session")

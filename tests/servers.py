@@ -21,6 +21,10 @@ START_S = 120
 ANSWER_S = 30
 
 
+class PortTaken(RuntimeError):
+    """The server could not bind a port that was free a moment before."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -53,6 +57,16 @@ class EnvServerProcess:
         return {"authorization": f"Bearer {self.token}"}
 
     def start(self) -> EnvServerProcess:
+        """Start it on two free ports; another process can take a port between the probe and the server's
+        bind (the server then exits with 3), so a start that loses that race picks new ports."""
+        for _ in range(3):
+            try:
+                return self._start()
+            except PortTaken:
+                continue
+        return self._start()
+
+    def _start(self) -> EnvServerProcess:
         self.port, self.control_port = free_port(), free_port()
         entry = ["envreg.server"] if self.image_entry else ["envreg.cli.main", "serve-env"]
         cmd = [
@@ -74,6 +88,10 @@ class EnvServerProcess:
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if self.proc.returncode == 3:  # uvicorn's exit when it cannot bind
+                    raise PortTaken(
+                        f"port {self.port} or {self.control_port} was taken before the server bound it"
+                    )
                 raise RuntimeError(f"the environment server exited with {self.proc.returncode}")
             try:
                 if httpx2.get(f"{self.control_url}/healthz", headers=self.auth, timeout=1).status_code == 200:

@@ -9,12 +9,13 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from conftest import installed
 
 # torch, sentence-transformers and networkx come with envreg's synth extra: `scripts/bootstrap` installs it
 # (CI), `scripts/bootstrap --light` does not, and every module that imports these helpers then skips
 SYNTH_EXTRA = "needs envreg's synth extra (torch, sentence-transformers, networkx): run scripts/bootstrap"
-for _module in ("numpy", "networkx", "sentence_transformers"):
-    pytest.importorskip(_module, reason=SYNTH_EXTRA)
+if not installed("numpy", "networkx", "sentence_transformers"):
+    pytest.skip(SYNTH_EXTRA, allow_module_level=True)
 
 from envreg.manifest import Manifest  # noqa: E402
 from envreg.standin import text, tool_calls  # noqa: E402

@@ -9,18 +9,19 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import COUNTER
+from conftest import COUNTER, installed
 from rollout_helpers import catalog_tasks
 
-trl = pytest.importorskip("trl", reason="trl is not installed: scripts/bootstrap --trainers installs it")
+from envreg.env import load_environment
+from envreg.manifest import build_manifest
+from envreg.reward.truth import TruthCall
+from envreg.rollout import Task, TaskTurn
+from envreg.rollout.trl import environment_class, environment_factory, trl_dataset
 
-from transformers.utils import get_json_schema  # noqa: E402
-
-from envreg.env import load_environment  # noqa: E402
-from envreg.manifest import build_manifest  # noqa: E402
-from envreg.reward.truth import TruthCall  # noqa: E402
-from envreg.rollout import Task, TaskTurn  # noqa: E402
-from envreg.rollout.trl import environment_class, environment_factory, trl_dataset  # noqa: E402
+# trl and transformers are imported by the tests, not at collection: each xdist worker collects every module
+pytestmark = pytest.mark.skipif(
+    not installed("trl"), reason="trl is not installed: scripts/bootstrap --trainers installs it"
+)
 
 PUBLIC = {"reset", "get_reward", "close"}
 
@@ -35,6 +36,8 @@ def _tools(cls) -> dict:
 
 @pytest.mark.parametrize("env", ["calendar", "bank", "bfcl-travel-api"])
 def test_transformers_reads_every_tool_schema_back(env: str) -> None:
+    from transformers.utils import get_json_schema
+
     manifest = build_manifest(load_environment(env))
     tools = _tools(environment_class([env]))
     assert set(tools) == {t.name for t in manifest.tools}
@@ -104,6 +107,8 @@ def tiny_tokenizer(texts: list[str]):
         tokenizer_object=bpe._tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         additional_special_tokens=special[1:],
     )  # fmt: skip
+    import trl
+
     tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
     tokenizer.padding_side = "left"
     return tokenizer
@@ -113,6 +118,7 @@ def tiny_tokenizer(texts: list[str]):
 def test_two_grpo_steps_on_a_tiny_random_model(tmp_path) -> None:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers.utils import get_json_schema
     from trl import GRPOConfig, GRPOTrainer
 
     tasks = [counter_task(i) for i in range(4)]

@@ -12,7 +12,6 @@ vf = pytest.importorskip(
     "verifiers", reason="verifiers is not installed: scripts/bootstrap --trainers installs it"
 )
 
-from envreg.rollout.verifiers import EnvregToolEnv  # noqa: E402
 from envreg.standin import Scripted, StandInLLM  # noqa: E402
 
 
@@ -29,6 +28,8 @@ def _evaluate(env, tasks, script: str, n: int = 3, k: int = 2) -> list[dict]:
 
 
 def test_load_environment_gives_a_stateful_tool_env_of_the_scenarios() -> None:
+    from envreg.rollout.verifiers import EnvregToolEnv  # imports verifiers' environments: seconds
+
     env = vf.load_environment("envreg.rollout.verifiers", envs=["bank"])
     assert isinstance(env, EnvregToolEnv) and isinstance(env, vf.StatefulToolEnv)
     rows = env.get_dataset().to_list()

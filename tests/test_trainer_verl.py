@@ -6,24 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import installed
 from reward_helpers import executed_trajectory
 
-verl = pytest.importorskip("verl", reason="verl is not installed: scripts/bootstrap --trainers installs it")
+from envreg.canonical import canonical_json, sha256_hex
+from envreg.env import load_environment
+from envreg.manifest import build_manifest
+from envreg.rollout import Task
+from envreg.rollout.verl_config import TASK_KEY
+from envreg.synth.export import export
 
-from verl.experimental.agent_loop.tool_agent_loop import AgentData, ToolAgentLoop  # noqa: E402
-from verl.experimental.agent_loop.tool_parser import FunctionCall  # noqa: E402
-from verl.tools.tool_registry import initialize_tools_from_config  # noqa: E402
+if TYPE_CHECKING:
+    from verl.experimental.agent_loop.tool_agent_loop import AgentData, ToolAgentLoop
 
-from envreg.canonical import canonical_json, sha256_hex  # noqa: E402
-from envreg.env import load_environment  # noqa: E402
-from envreg.manifest import build_manifest  # noqa: E402
-from envreg.rollout import Task  # noqa: E402
-from envreg.rollout.verl import EnvregAgentLoop, EnvregTool, sessions  # noqa: E402
-from envreg.rollout.verl_config import TASK_KEY  # noqa: E402
-from envreg.synth.export import export  # noqa: E402
+# verl is imported by the tests, not at collection: each xdist worker collects every module
+pytestmark = pytest.mark.skipif(
+    not installed("verl"), reason="verl is not installed: scripts/bootstrap --trainers installs it"
+)
 
 SCENARIOS = [
     ("bank", "pay_new_payee_chain"),
@@ -34,6 +37,8 @@ SCENARIOS = [
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
+    from verl.tools.tool_registry import initialize_tools_from_config
+
     records = [executed_trajectory(env, name, seed=i) for i, (env, name) in enumerate(SCENARIOS)]
     manifests = {e: build_manifest(load_environment(e)) for e in ("bank", "calendar")}
     written = export(records, tmp_path_factory.mktemp("rl"), manifests, formats=["rl"])
@@ -52,6 +57,8 @@ def _task(row) -> tuple[Task, str]:
 
 
 def test_verl_loads_every_tool_from_the_exported_config(exported) -> None:
+    from envreg.rollout.verl import EnvregTool
+
     rows, tools, manifests = exported
     expected = {f"{env}__{spec.name}" for env, m in manifests.items() for spec in m.tools}
     assert set(tools) == expected and all(isinstance(t, EnvregTool) for t in tools.values())
@@ -70,6 +77,8 @@ def test_verl_loads_every_tool_from_the_exported_config(exported) -> None:
 
 
 def test_the_classic_lifecycle_create_execute_calc_reward_release(exported) -> None:
+    from envreg.rollout.verl import sessions
+
     rows, tools, _ = exported
     task, text = _task(rows[0])
 
@@ -95,6 +104,8 @@ def test_the_classic_lifecycle_create_execute_calc_reward_release(exported) -> N
 
 def _loop(tools) -> ToolAgentLoop:
     """verl's ToolAgentLoop with only what its tool-call path reads (no model, no tokenizer)."""
+    from envreg.rollout.verl import EnvregAgentLoop
+
     loop = object.__new__(EnvregAgentLoop)
     loop.tools = tools
     loop.max_tool_response_length = 100_000
@@ -103,6 +114,8 @@ def _loop(tools) -> ToolAgentLoop:
 
 
 def _agent_data(row) -> AgentData:
+    from verl.experimental.agent_loop.tool_agent_loop import AgentData
+
     info = row["extra_info"]
     return AgentData(
         messages=list(row["prompt"]), image_data=None, video_data=None, audio_data=None, mm_processor_kwargs=None,
@@ -111,6 +124,10 @@ def _agent_data(row) -> AgentData:
 
 
 def test_tool_agent_calls_share_one_sandbox_per_trajectory_many_at_once(exported) -> None:
+    from verl.experimental.agent_loop.tool_parser import FunctionCall
+
+    from envreg.rollout.verl import sessions
+
     rows, tools, _ = exported
     loop = _loop(tools)
     copies = [(row, i) for i in range(8) for row in rows]
@@ -142,6 +159,11 @@ def test_tool_agent_calls_share_one_sandbox_per_trajectory_many_at_once(exported
 
 
 def test_envreg_agent_loop_scores_the_trajectory_and_closes_its_sandbox(exported, monkeypatch) -> None:
+    from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
+    from verl.experimental.agent_loop.tool_parser import FunctionCall
+
+    from envreg.rollout.verl import sessions
+
     rows, tools, _ = exported
     row = rows[0]
     task, _ = _task(row)
