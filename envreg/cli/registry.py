@@ -20,7 +20,7 @@ from rich.table import Table
 
 from envreg.cli.output import QuietOpt, err, print_error
 
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+out = Console(emoji=False, highlight=False, width=None if sys.stdout.isatty() else 200)
 
 REGISTRY_HELP = "Registry HOST[:PORT] (default: $ENVREG_REGISTRY)."
 NAMESPACE_HELP = "Repository namespace in the registry: <registry>/<namespace>/<name>."

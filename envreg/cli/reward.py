@@ -22,7 +22,7 @@ app = typer.Typer(
     help="Score model outputs by replaying them in sandboxes against trajectory records.",
     no_args_is_help=True,
 )
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(emoji=False, stderr=True, highlight=False, soft_wrap=True)
 TIERS = ("local", "instance", "container")
 
 Isolation = Annotated[
@@ -162,7 +162,7 @@ def score(
 
 
 def _table(results) -> None:
-    out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    out = Console(emoji=False, highlight=False, width=None if sys.stdout.isatty() else 200)
     table = Table(box=None, pad_edge=False)
     for column in ("#", "ID", "REWARD", "GATE", "R_TRAJ", "R_STATE", "R_RESP", "R_ANS", "P_LEN", "P_FMT",
                    "CALLS", "MATCHED", "UNKNOWN", "BAD ARGS", "ERRORS", "MALFORMED"):  # fmt: skip
