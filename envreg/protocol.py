@@ -24,6 +24,8 @@ ENV_AGENT_TOKEN = "ENVREG_AGENT_TOKEN"
 """Environment variable holding the agent plane's secret inside an image (only the gateway knows it)."""
 ENV_RECYCLE = "ENVREG_RECYCLE"
 """Set to 1 in an image: the server can be recycled (`POST /recycle`: a fresh process, see `envreg.server.recycle`)."""
+GENERATION_HEADER = "x-envreg-generation"
+"""Which process of a recyclable server a request is for (its sandbox's lease): any other refuses it (410)."""
 SESSION_IDLE_TIMEOUT = 60.0
 """Seconds a 2025-11-25 session with no request in flight and no open event stream is kept."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 import pytest
@@ -246,3 +247,24 @@ def test_replay_command_prints_the_agreement_table() -> None:
     data = json.loads(result.output)
     assert data["categories"]["base"]["agree"] == 3 and data["disagreements"] == []
     assert canonical_json(data)  # plain JSON
+
+
+def test_replays_of_the_same_calls_give_the_same_state_hash() -> None:
+    """GorillaFileSystem stamps files with the wall clock: it reads a fixed clock, so that state hashes and
+    snapshot ids of replays agree."""
+    from envreg.server.instances import InstanceStore
+
+    env = bfcl.build_environment("GorillaFileSystem")
+    hashes = []
+    for _ in range(2):
+        store = InstanceStore(env, 4)
+        iid, instance = store.create()
+        for tool, arguments in [
+            ("touch", {"file_name": "notes.txt"}),
+            ("echo", {"content": "hello", "file_name": "notes.txt"}),
+            ("mkdir", {"dir_name": "archive"}),
+        ]:
+            assert not store.call_tool(iid, tool, arguments).is_error
+        hashes.append(instance.state.sha256())
+        time.sleep(0.01)
+    assert hashes[0] == hashes[1]

@@ -270,3 +270,11 @@ def test_search_and_inspect_fall_back_to_the_committed_manifests(
     data = json.loads(shown.output)
     assert data["manifest"]["name"] == "maps" and data["source"].startswith("catalog")
     assert invoke(["search", "get_directions", "-q"]).output == "maps\n"
+
+
+def test_error_text_is_shown_as_written_never_as_emoji(capsys: pytest.CaptureFixture[str]) -> None:
+    from envreg.cli.output import print_error
+
+    print_error("no environment ':calendar:' here", "try :smile: [bold]x[/bold]")
+    shown = capsys.readouterr().err
+    assert "':calendar:'" in shown and ":smile: [bold]x[/bold]" in shown, shown

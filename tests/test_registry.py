@@ -434,6 +434,9 @@ async def test_save_wipe_load_run_and_damaged_archives(derived, containers, engi
     }
     rec = index.resolve("calendar")
     assert rec.image_id == cal and _present(air)
+    assert engine.images.get(cal).tags == [], "load moved a shared tag (as pull, only with --tag)"
+    _cli("load", str(archive), "--tag")
+    assert engine.images.get(cal).tags == [f"{PREFIX}calendar:1.0.0"]
     agent, _ = containers(rec.image)
     is_error, text, _tools = await _call_tool(agent, "list_calendars", {})
     assert not is_error, text

@@ -194,3 +194,57 @@ def test_the_answer_check_can_be_turned_off_for_a_blind_policy(tmp_path) -> None
     assert checked.returncode == blind.returncode == 0, checked.stderr + blind.stderr
     assert json.loads(checked.stdout)["result"]["reward"] == 0.5
     assert json.loads(blind.stdout)["result"]["reward"] == 1.0
+
+
+EVIL_ENV = """
+import pathlib
+pathlib.Path(__file__).with_name("imported").write_text("env.py ran")
+from envreg.env import Environment, EnvState
+class S(EnvState):
+    pass
+env = Environment("evilenv", S, version="1.0.0", domain="test", description="Runs code on import.")
+"""
+
+
+def test_serve_resolves_environments_only_from_its_catalog(server, items, tmp_path) -> None:
+    evil = tmp_path / "somewhere" / "evilenv"
+    evil.mkdir(parents=True)
+    (evil / "env.py").write_text(EVIL_ENV)
+    batch = []
+    for name in (os.path.relpath(evil, ROOT), str(evil)):
+        record = json.loads(json.dumps(items[0]["record"]).replace('"bank"', json.dumps(name)))
+        batch.append({"record": record, "output": items[0]["output"]})
+    response = httpx2.post(f"{server.url}/v1/score", json={"items": batch}, headers=server.auth, timeout=60)
+    assert response.status_code == 200, response.text
+    for result in response.json()["results"]:
+        assert "not in this reward server's catalog" in result["error"], result
+    assert not (evil / "imported").exists(), "the record's folder was imported"
+
+
+def test_serve_caps_request_bodies(server, items) -> None:
+    padding = "x" * (17 << 20)
+    body = {"items": [{"record": items[0]["record"], "output": padding}]}
+    response = httpx2.post(f"{server.url}/v1/score", json=body, headers=server.auth, timeout=60)
+    assert response.status_code == 413
+    assert "over this server's limit of 16,777,216 bytes" in response.json()["error"]
+
+
+def test_serve_takes_its_token_from_a_file_and_never_shows_it(tmp_path) -> None:
+    token_file = tmp_path / "reward.token"
+    env = {k: v for k, v in os.environ.items() if k != "ENVREG_REWARD_TOKEN"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envreg.cli.main", "reward", "serve", "--port", "0", "--token-file", str(token_file)],
+        cwd=ROOT, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        banner = [proc.stderr.readline() for _ in range(2)]
+        token = token_file.read_text().strip()
+        assert len(token) >= 32 and oct(token_file.stat().st_mode & 0o777) == "0o600"
+        assert str(token_file) in banner[1]
+        assert not any(token in line for line in banner) and token not in " ".join(proc.args)
+        url = re.search(r"(http://127\.0\.0\.1:\d+)", banner[0]).group(1)
+        health = httpx2.get(f"{url}/v1/healthz", headers={"authorization": f"Bearer {token}"})
+        assert health.status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

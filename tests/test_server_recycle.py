@@ -28,6 +28,30 @@ env = Environment("leaky", Empty, version="1.0.0", domain="test", description="L
 
 
 @env.tool
+def litter(state: Empty, shm: str) -> int:
+    """Leave behind what a recycle must remove: an unwritable temp folder, a shared-memory entry and a
+    daemonized process; returns the process's id.
+
+    Args:
+        shm: The shared-memory folder.
+    """
+    import os, pathlib, subprocess, tempfile
+
+    folder = pathlib.Path(tempfile.gettempdir()) / "locked"
+    (folder / "inner").mkdir(parents=True)
+    (folder / "inner" / "file").write_text("x")
+    (folder / "inner").chmod(0o500)
+    folder.chmod(0o500)
+    (pathlib.Path(shm) / "envreg-litter").write_text("x")
+    daemon = subprocess.Popen(
+        ["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], stdout=subprocess.PIPE, start_new_session=True, text=True
+    )
+    pid = int(daemon.stdout.readline().strip())
+    daemon.wait()
+    return pid
+
+
+@env.tool
 def remember(state: Empty, word: str) -> list[str]:
     """Add a word to the module's list and return the list.
 
@@ -44,9 +68,11 @@ def server(tmp_path: Path) -> Iterator[EnvServerProcess]:
     folder = tmp_path / "leaky"
     folder.mkdir()
     (folder / "env.py").write_text(LEAKY_ENV)
-    scratch = tmp_path / "scratch"
+    scratch, shm = tmp_path / "scratch", tmp_path / "shm"
     scratch.mkdir()
-    environ = {"ENVREG_RECYCLE": "1", "TMPDIR": str(scratch)}
+    shm.mkdir()
+    (shm / "before-the-server").write_text("not the server's to remove")
+    environ = {"ENVREG_RECYCLE": "1", "TMPDIR": str(scratch), "ENVREG_RECYCLE_SHM": str(shm)}
     proc = EnvServerProcess(str(folder), image_entry=True, environ=environ).start()
     yield proc
     proc.stop()
@@ -99,6 +125,23 @@ def test_a_recycled_server_keeps_nothing_of_the_last_sandbox(server: EnvServerPr
     assert list(scratch.iterdir()) == []
     recycle(server)
     assert health(server)["generation"] == 2 and server.proc.poll() is None
+
+
+def test_a_recycle_leaves_no_locked_folder_shared_memory_or_process_behind(server: EnvServerProcess) -> None:
+    shm = Path(server.environ["ENVREG_RECYCLE_SHM"])
+    body, headers = modern_request("tools/call", {"name": "litter", "arguments": {"shm": str(shm)}})
+    answer = httpx2.post(f"{server.url}/mcp", json=body, headers=headers).json()["result"]
+    stray = answer["structuredContent"]["result"]
+    os.kill(stray, 0)  # it runs, outside the server's process group
+    assert (shm / "envreg-litter").exists()
+
+    recycle(server)
+
+    scratch = Path(server.environ["TMPDIR"])
+    assert list(scratch.iterdir()) == []
+    assert sorted(p.name for p in shm.iterdir()) == ["before-the-server"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(stray, 0)
 
 
 def test_a_server_dying_otherwise_ends_the_parent_with_its_status(server: EnvServerProcess) -> None:

@@ -352,3 +352,22 @@ def test_cli_usage_errors_and_list() -> None:
 
 def test_status_values_are_the_reported_words() -> None:
     assert [str(s) for s in Status] == ["pass", "fail", "skip"]
+
+
+def test_determinism_needs_equal_state_hashes_also_in_volatile_paths() -> None:
+    """A wall clock kept in a volatile path passes a volatile-blind comparison, but gives replays other
+    state hashes and snapshot ids: state.determinism names it."""
+    from envreg.validate.state import _first_divergence, _hash_divergence
+
+    scenario = Scenario(name="clock", initial_state={}, steps=[])
+
+    def run(stamp: str) -> ScenarioRun:
+        after = {"files": ["a"], "private": {"modified": stamp}}
+        step = StepRecord(0, "touch", {}, ToolResult(value=None), 1.0, {}, after)
+        return ScenarioRun(scenario, initial={}, steps=[step])
+
+    first, second = run("2026-12-02T18:33:34.070071"), run("2026-12-02T18:33:35.120004")
+    assert _first_divergence(first, second, ["private"]) is None
+    why = _hash_divergence(first, second)
+    assert why is not None and "state hash differs in volatile paths" in why and "private.modified" in why
+    assert _hash_divergence(first, run("2026-12-02T18:33:34.070071")) is None

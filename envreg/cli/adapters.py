@@ -13,8 +13,8 @@ from rich.table import Table
 
 from envreg.cli.output import JsonOpt, fail, print_json
 
-out = Console()
-err = Console(stderr=True)
+out = Console(emoji=False)
+err = Console(emoji=False, stderr=True)
 
 app = typer.Typer(help="Foreign environments served through envreg.", no_args_is_help=True)
 bfcl_app = typer.Typer(

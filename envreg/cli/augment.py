@@ -14,7 +14,7 @@ from rich.table import Table
 from envreg.cli.output import err, fail
 from envreg.cli.synth import KeyEnvOpt, LLMUrlOpt, ManifestsOpt, ModelOpt, _llm, _manifests
 
-console = Console(soft_wrap=True)
+console = Console(emoji=False, soft_wrap=True)
 
 
 def _fail(message: str, hint: str | None = None, code: int = 2) -> typer.Exit:

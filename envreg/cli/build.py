@@ -17,7 +17,7 @@ from rich.table import Table
 from envreg.cli.output import err, fail
 from envreg.protocol import MANIFEST_DIGEST_LABEL
 
-out = Console()
+out = Console(emoji=False)
 
 _STEP = re.compile(r"^#(\d+) (.*)$")
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from envreg.cli.output import QuietOpt, err, fail
 
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+out = Console(emoji=False, highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
 def catalog(

@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 
 from envreg.cli.output import err, fail
 
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+out = Console(emoji=False, highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
 class _GenerateByDefault(TyperGroup):

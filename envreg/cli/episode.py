@@ -10,7 +10,7 @@ from rich.console import Console
 from envreg.cli.output import JsonOpt, fail, print_json
 from envreg.protocol import MCP_SESSION_VERSION, MCP_VERSION, TIERS
 
-console = Console(soft_wrap=True)
+console = Console(emoji=False, soft_wrap=True)
 
 
 def episode(
@@ -46,7 +46,7 @@ def episode(
     if chosen is None:
         have = ", ".join(s.name for s in scenarios) or "none"
         raise fail(f"no scenario {scenario!r} in {env}", f"pick one of: {have}", 2)
-    printer = Console(stderr=True, soft_wrap=True) if as_json else console
+    printer = Console(emoji=False, stderr=True, soft_wrap=True) if as_json else console
 
     def show(tool: str, arguments: dict[str, Any], outcome: Any) -> None:
         mark = "[red]error[/]" if outcome.is_error else "[green]ok[/]"

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(emoji=False, stderr=True, highlight=False, soft_wrap=True)
 TIERS = ("local", "instance", "container")
 
 
@@ -188,7 +188,7 @@ def _fmt(value: float | None) -> str:
 
 
 def _tables(summary: dict[str, Any], trials: int) -> None:
-    out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    out = Console(emoji=False, highlight=False, width=None if sys.stdout.isatty() else 200)
     ks = [f"pass^{k}" for k in range(2, trials + 1)]
     for title, rows in (("environment", summary["environments"]), ("domain", summary["domains"])):
         table = Table(box=None, pad_edge=False, title_justify="left")

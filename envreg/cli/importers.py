@@ -50,7 +50,9 @@ def envfactory(
 ) -> None:
     """Inspect TOOL_FILE in a container sandbox (never on this host), then copy it and its metadata unchanged
     into images/<name>/ with an env.py serving its @mcp.tool functions, a seed and a recorded scenario."""
-    out = Console(stderr=True) if as_json else Console()  # --json: the report to stderr, JSON to stdout
+    out = (
+        Console(emoji=False, stderr=True) if as_json else Console(emoji=False)
+    )  # --json: the report to stderr, JSON to stdout
     from envreg.adapters import envfactory as ef
     from envreg.adapters.envfactory_import import FOREIGN_MARKER, write_folder
     from envreg.errors import EnvregError

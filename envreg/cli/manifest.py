@@ -10,7 +10,7 @@ from rich.console import Console
 
 from envreg.cli.output import JsonOpt, err, fail, print_json
 
-out = Console()
+out = Console(emoji=False)
 
 
 def manifest(

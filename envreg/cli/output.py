@@ -24,7 +24,7 @@ except ImportError:  # an older typer runs on click itself
 
 __all__ = ["ClickException", "UsageError", "err", "fail", "get_current_context", "print_error", "print_json"]
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(emoji=False, stderr=True, highlight=False, soft_wrap=True)
 
 # module -> the extra that brings it (`pip install 'envreg[EXTRA]'`)
 EXTRAS = {

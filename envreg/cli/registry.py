@@ -20,7 +20,7 @@ from rich.table import Table
 
 from envreg.cli.output import QuietOpt, err, print_error
 
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+out = Console(emoji=False, highlight=False, width=None if sys.stdout.isatty() else 200)
 
 REGISTRY_HELP = "Registry HOST[:PORT] (default: $ENVREG_REGISTRY)."
 NAMESPACE_HELP = "Repository namespace in the registry: <registry>/<namespace>/<name>."
@@ -473,13 +473,23 @@ def save(
 
 def load(
     archive: Annotated[Path, typer.Argument(help="An archive written by `envreg save`.")],
+    tag: Annotated[
+        bool,
+        typer.Option(
+            "--tag",
+            help="Also tag envreg/<name>:<version> (moves the tag other users of this engine may run).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Load an archive; every digest is verified before anything is recorded."""
+    """Load an archive; every digest is verified before anything is recorded.
+
+    Loaded images keep their registry's name (HOST/REPO:VERSION) or none; the runtime finds them through
+    the local index."""
     from envreg.registry.archive import load as load_archive
 
     with errors(), progress("load") as on:
-        records = load_archive(archive, progress=on)
+        records = load_archive(archive, progress=on, tag=tag)
     if as_json:
         _dump([_record_json(r, manifest=False) for r in records])
         return

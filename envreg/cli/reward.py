@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 import time
@@ -21,7 +22,7 @@ app = typer.Typer(
     help="Score model outputs by replaying them in sandboxes against trajectory records.",
     no_args_is_help=True,
 )
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(emoji=False, stderr=True, highlight=False, soft_wrap=True)
 TIERS = ("local", "instance", "container")
 
 Isolation = Annotated[
@@ -44,6 +45,9 @@ Sources = Annotated[
     list[str] | None,
     typer.Option("--env", help="NAME=FOLDER: where to find an environment the records name (repeatable)."),
 ]
+
+
+MAX_BODY = 16 << 20
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -158,7 +162,7 @@ def score(
 
 
 def _table(results) -> None:
-    out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    out = Console(emoji=False, highlight=False, width=None if sys.stdout.isatty() else 200)
     table = Table(box=None, pad_edge=False)
     for column in ("#", "ID", "REWARD", "GATE", "R_TRAJ", "R_STATE", "R_RESP", "R_ANS", "P_LEN", "P_FMT",
                    "CALLS", "MATCHED", "UNKNOWN", "BAD ARGS", "ERRORS", "MALFORMED"):  # fmt: skip
@@ -181,10 +185,16 @@ def _table(results) -> None:
 def serve(
     host: Annotated[str, typer.Option(help="Address to bind (loopback unless you mean it).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0: any free one).")] = 7071,
-    token: Annotated[
-        str | None,
-        typer.Option(help="Bearer token clients must send (default: $ENVREG_REWARD_TOKEN, or a new one)."),
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File holding the bearer token clients must send (one is written there, mode 600, when it "
+            "does not exist). Default: $ENVREG_REWARD_TOKEN, else a new token in $ENVREG_HOME/reward-token."
+        ),
     ] = None,
+    max_body: Annotated[
+        int, typer.Option(min=1, help="Largest request body in bytes (413 beyond).")
+    ] = MAX_BODY,
     isolation: Isolation = "local",
     concurrency: Annotated[int, typer.Option(min=1, help="Evaluations at once, across all requests.")] = 16,
     max_batch: Annotated[int, typer.Option(min=1, help="Most items in one request (413 beyond).")] = 1024,
@@ -206,9 +216,10 @@ def serve(
     from envreg.reward.server import serve as serve_app
 
     _check_tier(isolation)
-    token = token or reward_token() or secrets.token_urlsafe(32)
+    token, where = _token(token_file, reward_token())
     config = RewardServerConfig(
         token=token,
+        max_body=max_body,
         isolation=isolation,
         concurrency=concurrency,
         max_batch=max_batch,
@@ -228,7 +239,7 @@ def serve(
 
     def ready(url: str) -> None:
         err.print(f"envreg reward serve: {url} · {isolation} tier · {concurrency} at once")
-        err.print(f"POST {url}/v1/score  (Authorization: Bearer {token})")
+        err.print(f"POST {url}/v1/score  (Authorization: Bearer <the token {where}>)", markup=False)
 
     try:
         anyio.run(serve_app, config, host, port, ready)
@@ -236,6 +247,31 @@ def serve(
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         pass
+
+
+def _token(token_file: Path | None, from_environment: str | None) -> tuple[str, str]:
+    """The server's bearer token and where a client finds it: $ENVREG_REWARD_TOKEN, else `token_file`
+    (written with a new token when it does not exist), else a new token in $ENVREG_HOME/reward-token.
+    The token itself is never on the command line nor printed."""
+    from envreg.config import envreg_home
+
+    if from_environment and token_file is None:
+        return from_environment, "in $ENVREG_REWARD_TOKEN"
+    path = token_file or envreg_home() / "reward-token"
+    if token_file is not None and path.is_file():
+        token = path.read_text().strip()
+        if not token:
+            raise fail(f"--token-file {path} is empty: write a token in it, or remove it for a new one", 2)
+        return token, f"in {path}"
+    token = secrets.token_urlsafe(32)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+    except OSError as exc:
+        raise fail(f"cannot write the token file {path}: {exc.strerror}", 2) from None
+    return token, f"in {path}"
 
 
 def register(root: typer.Typer) -> None:

@@ -23,7 +23,7 @@ SERVER_HINT = "pip install 'envreg[server]' (FastAPI, for the daemon's REST API)
 
 def _out() -> Console:
     # wide enough off a terminal that MCP URLs and ids are never cut
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 250)
+    return Console(emoji=False, highlight=False, width=None if sys.stdout.isatty() else 250)
 
 
 def parse_pool(spec: str | None) -> dict[str, int]:

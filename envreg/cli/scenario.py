@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from envreg.cli.output import err, fail
 
-out = Console(highlight=False, soft_wrap=True)
+out = Console(emoji=False, highlight=False, soft_wrap=True)
 
 app = typer.Typer(
     help="Validation scenarios: record their calls' results and final states.", no_args_is_help=True

@@ -13,8 +13,8 @@ from rich.table import Table
 
 from envreg.cli.output import JsonOpt, fail, print_json
 
-console = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+console = Console(emoji=False, soft_wrap=True)
+err = Console(emoji=False, stderr=True, soft_wrap=True)
 app = typer.Typer(
     help="Synthesis: tool graph, executed multi-turn trajectories, SFT / RL exports.", no_args_is_help=True
 )

@@ -15,8 +15,8 @@ from rich.text import Text
 
 from envreg.cli.output import fail
 
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+err = Console(emoji=False, stderr=True, highlight=False)
+out = Console(emoji=False, highlight=False, width=None if sys.stdout.isatty() else 160)
 
 STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 

@@ -62,8 +62,22 @@ class DaemonSettings:
         return next(t for t in ("container", "instance", "local") if t in self.tiers)
 
 
+MAX_ECHO = 200
+"""Most characters of a refused input an error body repeats."""
+
+
 def _jsonable(errors: list[Any]) -> list[dict[str, Any]]:
-    return json.loads(json.dumps(errors, default=str))
+    return json.loads(json.dumps([_capped(e) for e in errors], default=str))
+
+
+def _capped(error: Any) -> Any:
+    """A validation error whose echoed `input` is at most `MAX_ECHO` characters of its JSON."""
+    if not isinstance(error, dict) or "input" not in error:
+        return error
+    shown = json.dumps(error["input"], default=str)
+    if len(shown) <= MAX_ECHO:
+        return error
+    return {**error, "input": f"{shown[:MAX_ECHO]}... ({len(shown):,} characters in all)"}
 
 
 ERR = {"model": m.Error}
@@ -499,8 +513,38 @@ class DaemonApp:
                     send, 413, {"error": f"request body over the daemon's {self.max_body} byte limit"}
                 )
                 return
+            if (problem := json_problem(body)) is not None:
+                await send_json(send, 400, {"error": f"invalid request: {problem}"})
+                return
             receive = replay(body, receive)
         await self.api(scope, receive, send)
+
+
+def _no_constant(name: str) -> None:
+    raise _NotJson(f"{name} is not JSON (RFC 8259 has no NaN or Infinity): send a number, or null")
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def json_problem(body: bytes) -> str | None:
+    """Why a JSON body cannot be taken although Python's parser reads it (NaN, Infinity, a lone
+    surrogate such as ``\\ud800``), or None (malformed JSON is left to the API, which names it)."""
+    if not body.strip():
+        return None
+    try:
+        data = json.loads(body, parse_constant=_no_constant)
+    except _NotJson as exc:
+        return str(exc)
+    except ValueError:
+        return None
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        lone = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
+        return f"the body holds a lone surrogate ({lone}): every string must be valid Unicode"
+    return None
 
 
 def create_app(rt: Runtime, settings: DaemonSettings, http: httpx2.AsyncClient) -> DaemonApp:

@@ -22,6 +22,7 @@ from envreg.registry.engine import Progress
 from envreg.registry.errors import RegistryError, VerificationError
 from envreg.registry.index import IndexRecord, LocalIndex
 from envreg.registry.lockfile import LockEntry, Lockfile, check_expected
+from envreg.registry.refs import local_tag
 
 ARCHIVE_INDEX = "envreg-archive.json"
 ARCHIVE_FORMAT = "envreg-archive"
@@ -199,15 +200,30 @@ def verify_archive(path: Path | str, progress: Progress | None = None) -> tuple[
     return meta, Lockfile.loads(lock_text, f"{path}:{LOCK_MEMBER}")
 
 
+def loaded_name(entry: LockEntry, manifest: Manifest, tag: bool) -> str:
+    """The name a loaded image gets: `envreg/<name>:<version>` with `tag`, else its registry's name
+    (`<repo>:<version>` from the lock's `repo@digest`), else its ID (no tag at all)."""
+    if tag:
+        return local_tag(manifest.name, manifest.version)
+    if entry.pull_ref and "@" in entry.pull_ref:
+        return f"{entry.pull_ref.split('@', 1)[0]}:{manifest.version}"
+    return entry.image_id
+
+
 def load(
     path: Path | str,
     *,
     index: LocalIndex | None = None,
     progress: Progress | None = None,
+    tag: bool = False,
 ) -> list[IndexRecord]:
     """Load an archive written by `save`: verify every member first, load the images into the engine,
     check each against the archive's lock (image ID, manifest digest) and record them ("loaded").
-    On any mismatch nothing is recorded and images that were not there before are removed."""
+    On any mismatch nothing is recorded and images that were not there before are removed.
+
+    As `pull` does, a loaded image keeps its registry's name (`<repo>:<version>`, from the lock's registry
+    digest) or none (the index runs it by ID); `envreg/<name>:<version>`, which other users of the engine
+    may run, is tagged only with `tag=True`."""
     index = index or LocalIndex()
     path = Path(path)
     meta, lockfile = verify_archive(path, progress)
@@ -237,8 +253,14 @@ def load(
             checked.append((e, info.id, m))
         records = []
         for e, image_id, m in checked:
-            repo_digest = e.pull_ref
-            records.append(index.record_image(image_id, "loaded", repo_digest=repo_digest, verified=m))
+            name = loaded_name(e, m, tag)
+            if name != image_id:
+                engine.tag(image_id, name)
+            records.append(
+                index.record_image(
+                    image_id, "loaded", repo_digest=e.pull_ref, tag=False, local_ref=name, verified=m
+                )
+            )
     except BaseException:
         for e in lockfile.environments:
             if e.image_id not in before:

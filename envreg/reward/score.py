@@ -152,11 +152,15 @@ class Scorer:
         isolation: str = "local",
         options: ScoreOptions | None = None,
         sources: dict[str, str | Environment] | None = None,
+        only_sources: bool = False,
     ) -> None:
         self.runtime = runtime
         self.isolation = isolation
         self.options = options or ScoreOptions()
         self.sources = dict(sources or {})  # environment name -> Environment, folder or image reference
+        self.only_sources = only_sources
+        """Resolve only the names in `sources` (a server's catalog): a record naming anything else, a
+        path like ``../somewhere/env`` included, is refused and nothing of it is imported."""
         self._idle: dict[str, list[Sandbox]] = defaultdict(list)
         self._tools: dict[str, dict[str, dict[str, Any]]] = {}
         self._code: dict[str, Any] = {}
@@ -238,6 +242,18 @@ class Scorer:
                 await self._release(env, sb)
         return _breakdown(truth, scores)
 
+    def source(self, env: str) -> str | Environment:
+        """Where the environment a record names comes from (`sources`, else the name itself)."""
+        if env in self.sources:
+            return self.sources[env]
+        if self.only_sources:
+            known = ", ".join(sorted(self.sources)[:20]) or "none"
+            raise EnvironmentNotFound(
+                f"environment {env[:80]!r} is not in this reward server's catalog (known: {known}); "
+                "name one of those, or restart the server with --env NAME=FOLDER"
+            )
+        return env
+
     # sandboxes ------------------------------------------------------------------------------------
     async def _acquire(self, env: str, truth: GroundTruth, augment: bool = True) -> Sandbox:
         """A sandbox of `env` in the record's initial state: an idle one reset to it, or a new one.
@@ -257,7 +273,7 @@ class Scorer:
                 break
         else:
             sb = await self.runtime.sandbox(
-                self.sources.get(env, env),
+                self.source(env),
                 isolation=self.isolation,  # type: ignore[arg-type]
                 state=truth.initial_states[env],
             )
@@ -400,7 +416,7 @@ class Scorer:
     def _normalize(self, env: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Arguments as the tool itself reads them (defaults filled, values in JSON form), when it can."""
         if env not in self._code:
-            source = self.sources.get(env, env)
+            source = self.source(env)
             try:
                 self._code[env] = source if isinstance(source, Environment) else load_environment(source)
             except (EnvironmentNotFound, OSError):

@@ -3,7 +3,10 @@
 ``POST /v1/score`` takes up to `max_batch` items (record + raw model output) and answers one
 breakdown (or error) per item, in order. Evaluations run at most `concurrency` at once across all
 requests; sandboxes come from the runtime's warm pools and are reused between evaluations.
-Every route, ``/openapi.json`` included, needs ``Authorization: Bearer <token>``.
+Every route, ``/openapi.json`` included, needs ``Authorization: Bearer <token>``. Records may name only
+the environments of the server's catalog (its ``--env`` sources, the catalog's folders on the local
+tier, the local index's images on Docker tiers): any other name, a path included, is refused per item
+and nothing of it is imported. A request body over `max_body` bytes gets 413.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from envreg.reward.batch import ItemResult, ScoreItem, score_items
 from envreg.reward.score import ScoreOptions, Scorer
@@ -37,6 +41,72 @@ class RewardServerConfig:
     pool: dict[str, int] = field(default_factory=dict)
     options: ScoreOptions = field(default_factory=ScoreOptions)
     sources: dict[str, str] = field(default_factory=dict)
+    max_body: int = 16 << 20
+    """Largest request body in bytes (413 beyond)."""
+
+
+def catalog(config: RewardServerConfig) -> dict[str, str]:
+    """The environments records may name: the catalog's folders (local tier) or the local index's images
+    (Docker tiers), then the configured sources, which win."""
+    from envreg.config import images_root
+    from envreg.env.loader import known_names
+
+    if config.isolation == "local":
+        found = {name: str(images_root() / name) for name in known_names()}
+    else:
+        from envreg.registry.index import default_index
+
+        found = {record.name: record.name for record in default_index().list()}
+    return {**found, **config.sources}
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over `limit` bytes gets 413 before the app reads it."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(send)
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await self._refuse(send)
+                return
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send) -> None:
+        error = f"request body over this server's limit of {self.limit:,} bytes: send smaller batches"
+        body = JSONResponse({"error": error}, status_code=413)
+        await body({"type": "http"}, _no_receive, send)
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
 
 
 class ScoreRequest(BaseModel):
@@ -85,6 +155,7 @@ async def serve(config: RewardServerConfig, host: str, port: int, ready: Any = N
 def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> FastAPI:
     """The scoring app; it enters its own `Runtime` in its lifespan unless one is given."""
     state: dict[str, Any] = {"scored": 0}
+    sources = catalog(config)
     limiter = anyio.CapacityLimiter(max(1, config.concurrency))
 
     @asynccontextmanager
@@ -94,7 +165,8 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
                 runtime,
                 isolation=config.isolation,
                 options=config.options,
-                sources=config.sources,  # pyright: ignore[reportArgumentType]
+                sources=sources,  # pyright: ignore[reportArgumentType]
+                only_sources=True,
             )
             yield
             return
@@ -103,7 +175,8 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
                 rt,
                 isolation=config.isolation,
                 options=config.options,
-                sources=config.sources,  # pyright: ignore[reportArgumentType]
+                sources=sources,  # pyright: ignore[reportArgumentType]
+                only_sources=True,
             )
             yield
             await state["scorer"].close()
@@ -117,6 +190,7 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
         docs_url=None,
         redoc_url=None,
     )
+    app.add_middleware(BodyLimit, limit=config.max_body)
     bearer = HTTPBearer(auto_error=False, description="The token printed by `envreg reward serve`.")
     expected = config.token.encode()
 
@@ -132,7 +206,10 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
             "description": "Bad input (the whole request); bad items are answered per item.",
         },
         401: {"model": Error, "description": "Missing or wrong token."},
-        413: {"model": Error, "description": "More items than the server's batch limit."},
+        413: {
+            "model": Error,
+            "description": "More items than the batch limit, or a body over the size limit.",
+        },
     }
 
     @app.exception_handler(HTTPException)

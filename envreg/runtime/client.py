@@ -21,6 +21,7 @@ from envreg.errors import (
     UpstreamTimeout,
 )
 from envreg.protocol import (
+    GENERATION_HEADER,
     MCP_VERSION,
     META_CLIENT_CAPABILITIES,
     META_CLIENT_INFO,
@@ -37,6 +38,17 @@ _META = {
 _ids = count(1)
 
 
+def _ended(response: httpx2.Response) -> str:
+    """The message of a 410: the server process no longer serves the sandbox the request was for."""
+    try:
+        data = response.json()
+    except ValueError:
+        return "the environment server no longer serves this sandbox"
+    error = data.get("error") if isinstance(data, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    return str(message or "the environment server no longer serves this sandbox")
+
+
 class EnvClient:
     """`ServerClient` over HTTP: MCP (2026-07-28, JSON) to the agent plane, REST to the control plane."""
 
@@ -47,12 +59,22 @@ class EnvClient:
         control_url: str,
         token: str,
         agent_token: str | None = None,
+        generation: int | None = None,
     ) -> None:
         self.http = http
         self.agent_url = agent_url.rstrip("/")
         self.control_url = control_url.rstrip("/")
-        self.auth = {"authorization": f"Bearer {token}"}
-        self.agent_auth = {"authorization": f"Bearer {agent_token}"} if agent_token else {}
+        self.token, self.agent_token, self.generation = token, agent_token, generation
+        pin = {GENERATION_HEADER: str(generation)} if generation is not None else {}
+        self.auth = {"authorization": f"Bearer {token}", **pin}
+        self.agent_auth = {**({"authorization": f"Bearer {agent_token}"} if agent_token else {}), **pin}
+
+    def pinned(self, generation: int | None) -> EnvClient:
+        """This client for one process of a recyclable server: every other process refuses its requests
+        (410, `SandboxGone`), so that nothing a sandbox sends after its end lands in the next sandbox."""
+        return EnvClient(
+            self.http, self.agent_url, self.control_url, self.token, self.agent_token, generation
+        )
 
     async def _send(self, method: str, url: str, **kwargs: Any) -> httpx2.Response:
         try:
@@ -84,6 +106,8 @@ class EnvClient:
         response = await self._send("POST", self.agent_url + path, content=json.dumps(body), headers=headers)
         if response.status_code == 404:
             raise SandboxGone(f"the environment server has no instance at {path}")
+        if response.status_code == 410:
+            raise SandboxGone(_ended(response))
         try:
             message = response.json()
         except ValueError:
@@ -123,6 +147,8 @@ class EnvClient:
             raise InvalidState(data.get("error", "invalid state"), data.get("errors"))
         if response.status_code == 404:
             raise SandboxGone(f"the environment server has no {path}")
+        if response.status_code == 410:
+            raise SandboxGone(_ended(response))
         if response.status_code == 413:
             raise TooLarge(response.json().get("error", "request body too large"))
         if response.status_code not in expect:
@@ -168,6 +194,8 @@ class EnvClient:
         )
         if response.status_code == 200:
             return True
+        if response.status_code == 410:
+            raise SandboxGone(_ended(response))
         if response.status_code == 404:
             if response.json().get("missing_snapshot"):
                 return False

@@ -17,7 +17,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from envreg.errors import UpstreamError, UpstreamTimeout
-from envreg.protocol import GATEWAY_PREFIX
+from envreg.protocol import GATEWAY_PREFIX, GENERATION_HEADER
 from envreg.runtime.access import shorten
 from envreg.runtime.backends.base import Upstream
 from envreg.runtime.sandbox import Sandbox
@@ -47,7 +47,13 @@ HOP_BY_HOP = {
     b"proxy-connection",
 }
 # Host and Origin were checked here (`AccessGuard`); the environment server sees the gateway as its client
-NOT_FORWARDED = HOP_BY_HOP | {b"host", b"authorization", b"content-length", b"origin"}
+NOT_FORWARDED = HOP_BY_HOP | {
+    b"host",
+    b"authorization",
+    b"content-length",
+    b"origin",
+    GENERATION_HEADER.encode(),  # the gateway's to set: a client cannot pick the process it reaches
+}
 _NOT_RELAYED = HOP_BY_HOP | {b"date", b"server"}  # uvicorn sets its own
 _BROKEN = (httpx2.TransportError, UpstreamError, anyio.EndOfStream, anyio.IncompleteRead, OSError)
 PREFIX = GATEWAY_PREFIX
@@ -145,6 +151,8 @@ class Gateway:
         headers = [(k, v.strip(b" \t")) for k, v in scope["headers"] if k not in NOT_FORWARDED]
         if upstream.token:
             headers.append((b"authorization", f"Bearer {upstream.token}".encode()))
+        if upstream.generation is not None:
+            headers.append((GENERATION_HEADER.encode(), str(upstream.generation).encode()))
         query = f"?{scope['query_string'].decode()}" if scope.get("query_string") else ""
         call = mcp_call(scope, body)
         if scope["method"] == "POST":

@@ -1,9 +1,12 @@
-"""Resolve an environment reference to a local image ID (through the local index, else by label), and check
-the image's environment code against its manifest once per image ID and process."""
+"""Resolve an environment reference to a local image ID (the local index, else `envreg.lock`, else the tag
+`envreg build` gives; never a search by label), and check the image's environment code against its
+manifest once per image ID and process."""
 
 from __future__ import annotations
 
+import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 import docker.errors
@@ -12,6 +15,7 @@ from envreg.docker_engine import engine_errors
 from envreg.errors import EngineError, ImageNotFound
 from envreg.protocol import MANIFEST_DIGEST_LABEL, NAME_LABEL, VERSION_LABEL
 
+logger = logging.getLogger("envreg.runtime")
 _verified: set[str] = set()
 _verify_lock = threading.Lock()
 
@@ -20,7 +24,9 @@ def resolve_image(client: Any, ref: str) -> str:
     """``name`` (newest), ``name:version``, ``name@sha256:...`` or an image reference -> image ID.
 
     Names resolve through the local index (`envreg build`, `pull` and `load` write it); a name the
-    index does not know falls back to the newest local image labelled ``io.envreg.name``. The image's
+    index does not know resolves through ``envreg.lock`` in the working folder (its image ID), else
+    the tag `envreg build` gives; an image of another repository with the same labels is never picked
+    (the choice is logged on ``envreg.runtime``). The image's
     ``/env`` must be the code its manifest records (read without running it, once per image ID and
     process); otherwise `envreg.registry.VerificationError` names the files that differ. An image
     without envreg's labels is `ImageNotFound`: it is not an environment.
@@ -62,17 +68,26 @@ def _resolve(client: Any, ref: str) -> str:
     try:
         record = resolve(ref)
     except NotFound:
-        return _newest_labelled(client, ref)
+        return _unindexed(client, ref)
     try:
-        return client.images.get(record.image_id).id
+        image_id = client.images.get(record.image_id).id
     except docker.errors.ImageNotFound:
         raise ImageNotFound(
             f"{ref} is in the index as {record.image_id[:19]}, but that image is gone from the engine: "
             f"`envreg pull {record.ref}` or `envreg build {record.name}`"
         ) from None
+    _chosen(ref, image_id, f"the local index ({record.source} {record.ref})")
+    return image_id
 
 
-def _newest_labelled(client: Any, ref: str) -> str:
+def _chosen(ref: str, image_id: str, how: str) -> None:
+    logger.info("%s resolved to image %s through %s", ref, image_id[:19], how)
+
+
+def _unindexed(client: Any, ref: str) -> str:
+    """A name the local index does not know: a digest named with it, `envreg.lock` (here), or the tag
+    `envreg build` gives (`<prefix><name>:<version>`, `:latest` without one), never another repository's
+    image that carries the same labels."""
     name, _, digest = ref.partition("@")
     name, _, version = name.partition(":")
     if digest:
@@ -84,16 +99,50 @@ def _newest_labelled(client: Any, ref: str) -> str:
             ) from None
         if image.labels.get(NAME_LABEL) != name:
             raise EngineError(f"image {digest[:19]} is {image.labels.get(NAME_LABEL)!r}, not {name!r}")
+        _chosen(ref, image.id, "its digest")
         return image.id
-    filters = {"label": [f"{NAME_LABEL}={name}"] + ([f"{VERSION_LABEL}={version}"] if version else [])}
-    images = client.images.list(filters=filters)
-    if not images:
-        raise ImageNotFound(
-            f"no environment image for {ref!r}: build it with `envreg build {name}` or pull it with `envreg pull {ref}`"
-        )
-    # `envreg build`'s own tag (envreg/<name>:...) first: an untagged image left by an earlier build may
-    # carry a later creation time (images are stamped with their commit's time)
+    locked = _locked(name, version)
+    if locked is not None:
+        try:
+            image_id = client.images.get(locked.image_id).id
+        except docker.errors.ImageNotFound:
+            raise ImageNotFound(
+                f"envreg.lock pins {locked.ref} as {locked.image_id[:19]}, which the engine does not have",
+                "install what the lock pins: `envreg pull --locked`",
+            ) from None
+        _chosen(ref, image_id, f"envreg.lock ({locked.pull_ref or locked.ref})")
+        return image_id
     from envreg.registry.refs import local_repo
 
-    own = f"{local_repo(name)}:"
-    return max(images, key=lambda i: (any(t.startswith(own) for t in i.tags), i.attrs.get("Created", ""))).id
+    own = f"{local_repo(name)}:{version or 'latest'}"
+    try:
+        image = client.images.get(own)
+    except docker.errors.ImageNotFound:
+        raise ImageNotFound(
+            f"no environment image for {ref!r}: neither the local index, envreg.lock nor {own} has it",
+            f"build it with `envreg build {name}` or pull it with `envreg pull {ref}`; images of other "
+            "repositories are used only when named in full (HOST/REPO:TAG) or by digest",
+        ) from None
+    if image.labels.get(NAME_LABEL) != name or (version and image.labels.get(VERSION_LABEL) != version):
+        raise ImageNotFound(
+            f"{own} is labelled {image.labels.get(NAME_LABEL)}:{image.labels.get(VERSION_LABEL)}, not {ref}",
+            f"rebuild it with `envreg build {name} --force`",
+        )
+    _chosen(ref, image.id, f"envreg build's tag {own}")
+    return image.id
+
+
+def _locked(name: str, version: str) -> Any:
+    """The `envreg.lock` entry (in the working folder) for `name` (and `version`), newest first."""
+    from envreg.registry.lockfile import DEFAULT_LOCKFILE, Lockfile
+    from envreg.registry.refs import version_key
+
+    path = Path(DEFAULT_LOCKFILE)
+    if not path.is_file():
+        return None
+    entries = [
+        e
+        for e in Lockfile.read(path).environments
+        if e.name == name and (not version or e.version == version)
+    ]
+    return max(entries, key=lambda e: version_key(e.version)) if entries else None

@@ -78,7 +78,12 @@ class Sandbox:
         self.ended: str | None = None
         self.expires_at: float | None = None
         self.augmented = False
-        self._client = server.client
+        self.generation = server.generation
+        """The server process leased to this sandbox: a recycled one refuses what it still sends."""
+        pinned = getattr(server.client, "pinned", None)
+        self._client = (
+            pinned(server.generation) if server.generation is not None and pinned else server.client
+        )
         self._snapshots = snapshots
         self._release = release
         self._server_status = server_status
@@ -87,7 +92,7 @@ class Sandbox:
     @property
     def upstream(self) -> Upstream | None:
         """Where the gateway forwards this sandbox's MCP traffic (None without an agent plane)."""
-        return self.server.upstream(agent_path(self.instance_id))
+        return self.server.upstream(agent_path(self.instance_id), self.generation)
 
     def renew(self, ttl: float) -> float:
         """Extend the lease to `ttl` seconds from now; returns the new expiry (epoch seconds)."""
@@ -110,6 +115,10 @@ class Sandbox:
             try:
                 return await call()
             except (UpstreamError, SandboxGone) as exc:
+                if self.ended is not None:  # it ended while this call was in flight: not answered
+                    raise SandboxGone(
+                        f"sandbox {self.id} has ended ({self.ended}) while this call was in flight: {exc}"
+                    ) from None
                 status = await self._server_status(self.server)
                 if status != "running":
                     await self.close(f"its {self._server_noun} is {status}")

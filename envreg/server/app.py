@@ -23,7 +23,7 @@ from envreg.server.agent import AgentPlane
 from envreg.server.control import control_app
 from envreg.server.http import KeepAlive
 from envreg.server.instances import InstanceStore
-from envreg.server.recycle import end_for_recycle
+from envreg.server.recycle import Lease, LeaseGuard, end_for_recycle
 from envreg.server.sessions import SessionLimits
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -92,6 +92,14 @@ class EnvServer:
     store: InstanceStore
     agent: AgentPlane
     control: Any
+    lease: Lease | None = None
+    """A recyclable server's lease (`envreg.server.recycle`): both planes refuse what it refuses."""
+
+    def planes(self) -> tuple[Any, Any]:
+        """The agent and control apps to serve, behind the lease's guard when there is one."""
+        if self.lease is None:
+            return self.agent, self.control
+        return LeaseGuard(self.agent, self.lease, mcp=True), LeaseGuard(self.control, self.lease, mcp=False)
 
     @classmethod
     def build(cls, config: ServerConfig, env: Environment | None = None) -> EnvServer:
@@ -108,7 +116,8 @@ class EnvServer:
             token=config.agent_token,
             sessions=config.session_limits(),
         )
-        recycle = end_for_recycle if config.recyclable else None
+        lease = Lease(config.generation) if config.recyclable else None
+        recycle = (lambda: end_for_recycle(lease)) if lease is not None else None
         control = control_app(
             store,
             config.token,
@@ -118,7 +127,7 @@ class EnvServer:
             config.generation,
             sessions=agent.sdk.session_stats,
         )
-        return cls(store, agent, control)
+        return cls(store, agent, control, lease)
 
 
 async def serve_async(
@@ -142,11 +151,12 @@ async def serve_async(
         "proxy_headers": False,
         "lifespan": "off",  # the one background task (the mcp SDK, on demand) runs in the task group below
     }
+    agent_plane, control_plane = server.planes()
     agent = uvicorn.Server(
-        uvicorn.Config(KeepAlive(server.agent, KEEP_ALIVE_SECONDS), port=config.port, **common)
+        uvicorn.Config(KeepAlive(agent_plane, KEEP_ALIVE_SECONDS), port=config.port, **common)
     )
     control = uvicorn.Server(
-        uvicorn.Config(KeepAlive(server.control, KEEP_ALIVE_SECONDS), port=config.control_port, **common)
+        uvicorn.Config(KeepAlive(control_plane, KEEP_ALIVE_SECONDS), port=config.control_port, **common)
     )
     servers = (agent, control)
 

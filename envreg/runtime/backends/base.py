@@ -78,6 +78,8 @@ class Upstream:
     path: str
     token: str | None
     server_id: str
+    generation: int | None = None
+    """The server process the sandbox was leased (a recyclable server refuses its others' requests)."""
 
 
 @dataclass(eq=False)
@@ -98,12 +100,14 @@ class Server:
     """sha256 of the snapshots this runtime knows the server keeps (sent there, or taken there)."""
     uploads: dict[str, Any] = field(default_factory=dict)
     """Snapshot uploads in flight, so that a fork sends each state once."""
+    generation: int | None = None
+    """Which process of a recyclable server runs now (None: not recyclable); its sandbox pins it."""
 
-    def upstream(self, path: str) -> Upstream | None:
+    def upstream(self, path: str, generation: int | None = None) -> Upstream | None:
         if self.agent_address is None:
             return None
         host, port = self.agent_address
-        return Upstream(host, port, path, self.agent_token, self.id)
+        return Upstream(host, port, path, self.agent_token, self.id, generation)
 
 
 class Backend(abc.ABC):

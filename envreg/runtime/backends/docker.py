@@ -197,7 +197,9 @@ class DockerBackend(Backend):
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
             try:
-                await server.client.healthz()  # pyright: ignore[reportAttributeAccessIssue]
+                health = await server.client.healthz()  # pyright: ignore[reportAttributeAccessIssue]
+                if self.recyclable and server.dedicated:  # started with ENV_RECYCLE: its sandbox pins it
+                    server.generation = health.get("generation", 0)
                 return
             except UpstreamError:
                 status = await self.status(server)
@@ -238,7 +240,9 @@ class DockerBackend(Backend):
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
             try:
-                if (await server.client.healthz()).get("generation", 0) > ending:  # pyright: ignore[reportAttributeAccessIssue]
+                generation = (await server.client.healthz()).get("generation", 0)  # pyright: ignore[reportAttributeAccessIssue]
+                if generation > ending:
+                    server.generation = generation
                     return True
             except UpstreamError:
                 if await self.status(server) != "running":

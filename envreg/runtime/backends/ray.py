@@ -53,10 +53,11 @@ PROBE_INTERVAL = 0.5
 class RayServer(Server):
     """A server on a Ray node: its agent plane is reached through the node's proxy."""
 
-    def upstream(self, path: str) -> Upstream | None:
+    def upstream(self, path: str, generation: int | None = None) -> Upstream | None:
         assert self.agent_address is not None
         host, port = self.agent_address
-        return Upstream(host, port, server_path(self.id, "agent") + path, self.agent_token, self.id)
+        agent = server_path(self.id, "agent") + path
+        return Upstream(host, port, agent, self.agent_token, self.id, generation)
 
 
 @dataclass(eq=False)
