@@ -331,9 +331,14 @@ def create_console(console: Console) -> Starlette:
     return app  # type: ignore[return-value]
 
 
+def file_url(site: Site, data: DataFile) -> str:
+    """A file's page; a tool graph is drawn on the domains' graph pages, reached from the catalog."""
+    return site.url("catalog") if data.kind == "graph" else site.url("data", data.id)
+
+
 def data_index(site: Site, data: DataFiles) -> str:
     files = data.scan()
-    rows = [[link(site.url("data", f.id), f.label), e(f.kind), f"{f.path.stat().st_size:,} B"] for f in files]
+    rows = [[link(file_url(site, f), f.label), e(f.kind), f"{f.path.stat().st_size:,} B"] for f in files]
     where = ", ".join(f"<code>{e(p)}</code>" for p in (*data.folders, *data.files)) or "none"
     note = "" if site.static else " (start the daemon with <code>envreg serve --ui-data DIR</code>, repeatable)"
     return site.page(

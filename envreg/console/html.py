@@ -80,9 +80,9 @@ class Site:
         return f"static/{name}" if self.static else f"{self.prefix}/static/{name}"
 
     def page(self, title: str, body: str) -> str:
-        nav = [("Catalog", self.url("catalog")), ("Search", self.url("search"))]
+        nav = [("Catalog", self.url("catalog"))]
         if not self.static:
-            nav.append(("Sandboxes", self.url("sandboxes")))
+            nav += [("Search", self.url("search")), ("Sandboxes", self.url("sandboxes"))]
         nav.append(("Data", self.url("data")))
         return template("layout.html").substitute(
             title=e(title),
