@@ -11,14 +11,22 @@ from typing import Any
 from conftest import ROOT
 from reward_helpers import as_tool_call_tags, executed_trajectory, scenario_truth
 
-EVENT = {"calendar_id": "cal_0001", "title": "Console test", "start": "2026-03-03T07:00:00", "end": "2026-03-03T07:30:00"}
+EVENT = {
+    "calendar_id": "cal_0001",
+    "title": "Console test",
+    "start": "2026-03-03T07:00:00",
+    "end": "2026-03-03T07:30:00",
+}
 
 
 def write_items(path: Path) -> list[dict[str, Any]]:
     """Two predictions for a bank record: every call (reward 1), and the first two (a partial one)."""
     bank = scenario_truth("bank", "pay_new_payee_chain")
     ok = [c for c in bank["calls"] if not c["is_error"]]
-    items = [{"record": bank, "output": as_tool_call_tags(ok)}, {"record": bank, "output": as_tool_call_tags(ok[:2])}]
+    items = [
+        {"record": bank, "output": as_tool_call_tags(ok)},
+        {"record": bank, "output": as_tool_call_tags(ok[:2])},
+    ]
     path.write_text("".join(json.dumps(i) + "\n" for i in items))
     return items
 
@@ -34,7 +42,13 @@ def write_validation(path: Path) -> None:
     report = EnvReport(target="console/calendar:1.0.0", name="calendar", version="1.0.0")
     report.results = [
         CheckResult("executable", Status.PASS, "the server answers", [], 0.5),
-        CheckResult("deterministic", Status.FAIL, "two runs differ", ["events.evt_0001.start: 1 (run 1) vs 2 (run 2)"], 1.0),
+        CheckResult(
+            "deterministic",
+            Status.FAIL,
+            "two runs differ",
+            ["events.evt_0001.start: 1 (run 1) vs 2 (run 2)"],
+            1.0,
+        ),
     ]
     path.write_text(json.dumps(to_json([report], 1.5)))
 

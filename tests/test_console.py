@@ -14,7 +14,14 @@ import anyio
 import httpx2
 import pytest
 from conftest import ROOT
-from console_helpers import EVENT, reward_score_json, write_graph, write_items, write_trajectory, write_validation
+from console_helpers import (
+    EVENT,
+    reward_score_json,
+    write_graph,
+    write_items,
+    write_trajectory,
+    write_validation,
+)
 
 from envreg.console.data import EpisodeIndex
 from envreg.daemon.app import DaemonSettings, create_app
@@ -48,7 +55,9 @@ async def client(data: Path) -> AsyncIterator[httpx2.AsyncClient]:
         rt.gateway_url = f"http://{HOST}"
         settings = DaemonSettings(token="secret", tiers=("local",), ui_data=(data,), allowed_hosts=(HOST,))
         app = create_app(rt, settings, upstream)
-        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url=f"http://{HOST}") as c:
+        async with httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app), base_url=f"http://{HOST}"
+        ) as c:
             yield c
 
 
@@ -67,7 +76,9 @@ async def page(client: httpx2.AsyncClient, path: str) -> str:
 
 def file_ids(html: str) -> dict[str, str]:
     """label -> id of each data file the Data page lists."""
-    return {label: fid for fid, label in re.findall(r'href="/ui/data/([0-9a-f]{12})">[^<]*?/?([^/<]+)</a>', html)}
+    return {
+        label: fid for fid, label in re.findall(r'href="/ui/data/([0-9a-f]{12})">[^<]*?/?([^/<]+)</a>', html)
+    }
 
 
 async def test_the_console_needs_the_daemon_token(client: httpx2.AsyncClient) -> None:
@@ -91,7 +102,9 @@ async def test_the_console_needs_the_daemon_token(client: httpx2.AsyncClient) ->
     assert bearer.status_code == 200
 
 
-async def test_catalog_pages_show_environments_tools_schemas_and_scenarios(client: httpx2.AsyncClient) -> None:
+async def test_catalog_pages_show_environments_tools_schemas_and_scenarios(
+    client: httpx2.AsyncClient,
+) -> None:
     await sign_in(client)
     catalog = await page(client, "/ui/catalog")
     manifests = sorted(p.stem for p in (ROOT / "manifests").glob("*.json"))
@@ -132,17 +145,29 @@ async def test_play_a_sandbox_from_the_form_and_see_each_state_change(client: ht
     listed = await page(client, "/ui/sandboxes")
     assert url in listed and "local" in listed
     arguments = json.dumps(EVENT)
-    called = await client.post(f"{url}/call", content=httpx2.QueryParams(tool="create_event", arguments=arguments).__str__(), headers=FORM)
+    called = await client.post(
+        f"{url}/call",
+        content=httpx2.QueryParams(tool="create_event", arguments=arguments).__str__(),
+        headers=FORM,
+    )
     assert called.status_code == 303
     shown = await page(client, url)
     assert 'data-changes="0"' not in shown
     event = re.search(r"<td>added</td><td><code>events\.(evt_\d+)</code>", shown)
     assert event, "the new event appears in the state diff as added"
     assert "Console test" in shown
-    await client.post(f"{url}/call", content=str(httpx2.QueryParams(tool="delete_event", arguments=json.dumps({"event_id": event.group(1)}))), headers=FORM)
+    await client.post(
+        f"{url}/call",
+        content=str(
+            httpx2.QueryParams(tool="delete_event", arguments=json.dumps({"event_id": event.group(1)}))
+        ),
+        headers=FORM,
+    )
     shown = await page(client, url)
     assert shown.count('class="card call"') == 2
-    assert f"<td>removed</td><td><code>events.{event.group(1)}</code>" in shown, "the deletion shows as removed"
+    assert f"<td>removed</td><td><code>events.{event.group(1)}</code>" in shown, (
+        "the deletion shows as removed"
+    )
     bad = await client.post(f"{url}/call", content="tool=create_event&arguments=%7Bnope", headers=FORM)
     assert bad.status_code == 400 and "not valid JSON" in bad.text
     snap = await client.post(f"{url}/snapshot", headers=FORM)
@@ -156,7 +181,9 @@ async def test_play_a_sandbox_from_the_form_and_see_each_state_change(client: ht
     assert fork_url.split("?")[0] in await page(client, "/ui/sandboxes")
 
 
-async def test_an_episode_shows_the_reward_envreg_reward_score_gives(client: httpx2.AsyncClient, data: Path) -> None:
+async def test_an_episode_shows_the_reward_envreg_reward_score_gives(
+    client: httpx2.AsyncClient, data: Path
+) -> None:
     await sign_in(client)
     listing = await page(client, "/ui/data")
     ids = file_ids(listing)
@@ -179,7 +206,9 @@ async def test_an_episode_shows_the_reward_envreg_reward_score_gives(client: htt
     assert "state diff: calendar" in record and "<td>added</td>" in record
 
 
-async def test_a_validation_report_shows_each_check_and_the_failing_evidence(client: httpx2.AsyncClient) -> None:
+async def test_a_validation_report_shows_each_check_and_the_failing_evidence(
+    client: httpx2.AsyncClient,
+) -> None:
     await sign_in(client)
     ids = file_ids(await page(client, "/ui/data"))
     shown = await page(client, f"/ui/data/{ids['validate.json']}")
@@ -203,7 +232,9 @@ def test_a_big_file_is_indexed_once_and_paged(tmp_path: Path, monkeypatch: pytes
     (tmp_path / "rollouts.jsonl").write_text((line + "\n") * 120)
     builds = []
     real = EpisodeIndex.build
-    monkeypatch.setattr(EpisodeIndex, "build", classmethod(lambda cls, p: builds.append(p) or real.__func__(cls, p)))
+    monkeypatch.setattr(
+        EpisodeIndex, "build", classmethod(lambda cls, p: builds.append(p) or real.__func__(cls, p))
+    )
     files = DataFiles(folders=(tmp_path,))
     (data,) = files.scan()
     index = files.index(data)
@@ -231,7 +262,9 @@ def test_report_writes_static_pages_whose_links_all_resolve(tmp_path: Path, data
     expected = reward_score_json(data / "items.jsonl")
     episode = next(p for p in pages if p.name.endswith("-1.html") and p.name.startswith("data-"))
     assert f'data-reward="{expected[1]["reward"]}"' in episode.read_text()
-    assert "<form" not in (out / "env-calendar-tool-create_event.html").read_text().replace('<form class="tool" onsubmit="return false">', "")
+    assert "<form" not in (out / "env-calendar-tool-create_event.html").read_text().replace(
+        '<form class="tool preview">', ""
+    )
     bad = subprocess.run(
         [sys.executable, "-m", "envreg.cli.main", "report", str(tmp_path / "missing.jsonl"), "--html", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,

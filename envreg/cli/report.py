@@ -21,14 +21,18 @@ def report(
         ),
     ],
     html: Annotated[
-        Path | None, typer.Option("--html", help="Folder to write the pages to (index.html first).", show_default=False)
+        Path | None,
+        typer.Option("--html", help="Folder to write the pages to (index.html first).", show_default=False),
     ] = None,
     catalog: Annotated[
-        bool, typer.Option("--catalog/--no-catalog", help="Also write the catalog's pages (from the manifests).")
+        bool,
+        typer.Option("--catalog/--no-catalog", help="Also write the catalog's pages (from the manifests)."),
     ] = True,
     manifests: Annotated[
         Path | None,
-        typer.Option("--manifests", help="Folder of the manifests (default: as `envreg catalog`).", show_default=False),
+        typer.Option(
+            "--manifests", help="Folder of the manifests (default: as `envreg catalog`).", show_default=False
+        ),
     ] = None,
 ) -> None:
     """Write the console's pages for FILE... as static HTML under --html OUT/ (rewards as `envreg reward score` gives them)."""
@@ -50,7 +54,11 @@ def report(
     try:
         written = anyio.run(main)
     except ValueError as exc:
-        raise fail(str(exc), "give the files `envreg synth`, `envreg eval`, `envreg reward` or `envreg validate --json` wrote", 2) from None
+        raise fail(
+            str(exc),
+            "give the files `envreg synth`, `envreg eval`, `envreg reward` or `envreg validate --json` wrote",
+            2,
+        ) from None
     err.print(f"[green]wrote[/] {written} pages to {html}/ (open {html / 'index.html'})")
 
 

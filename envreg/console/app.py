@@ -35,7 +35,7 @@ HEADERS = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
 }
 
 
@@ -119,7 +119,9 @@ def create_console(console: Console) -> Starlette:
         name = request.path_params["name"]
         if name not in STATIC_FILES:
             return Response("not found", 404)
-        return Response(static_file(name), media_type=MEDIA[Path(name).suffix], headers={"Cache-Control": "no-cache"})
+        return Response(
+            static_file(name), media_type=MEDIA[Path(name).suffix], headers={"Cache-Control": "no-cache"}
+        )
 
     async def home(request: Request) -> Response:
         files = console.data.scan()
@@ -154,9 +156,13 @@ def create_console(console: Console) -> Starlette:
         return _html(catalog_pages.env_page(SITE, console.catalog, m, play))
 
     async def tool(request: Request) -> Response:
-        page = catalog_pages.tool_page(SITE, manifest(request.path_params["name"]), request.path_params["tool"])
+        page = catalog_pages.tool_page(
+            SITE, manifest(request.path_params["name"]), request.path_params["tool"]
+        )
         if page is None:
-            raise NotFound(f"environment {request.path_params['name']} has no tool {request.path_params['tool'][:64]!r}")
+            raise NotFound(
+                f"environment {request.path_params['name']} has no tool {request.path_params['tool'][:64]!r}"
+            )
         return _html(page)
 
     async def search(request: Request) -> Response:
@@ -171,16 +177,22 @@ def create_console(console: Console) -> Starlette:
         sb = console.runtime.get(sandbox_id)
         if sb is None or sb.ended is not None:
             reason = console.runtime.ended_reason(sandbox_id) or (sb.ended if sb else None)
-            raise NotFound(f"no live sandbox {sandbox_id[:64]!r}" + (f": it ended ({reason})" if reason else ""))
+            raise NotFound(
+                f"no live sandbox {sandbox_id[:64]!r}" + (f": it ended ({reason})" if reason else "")
+            )
         return sb
 
     async def start(request: Request) -> Response:
         m = manifest(request.path_params["name"])
         isolation = (await form(request)).get("isolation", "")
         if isolation not in console.tiers:
-            raise EnvregError(f"tier {isolation!r} is not enabled on this daemon (enabled: {', '.join(console.tiers)})")
+            raise EnvregError(
+                f"tier {isolation!r} is not enabled on this daemon (enabled: {', '.join(console.tiers)})"
+            )
         if len(console.runtime.sandboxes) >= console.max_sandboxes:
-            raise LimitReached(f"this daemon holds its maximum of {console.max_sandboxes} sandboxes", "stop some first")
+            raise LimitReached(
+                f"this daemon holds its maximum of {console.max_sandboxes} sandboxes", "stop some first"
+            )
         sb = await console.runtime.sandbox(m.name, isolation=isolation, ttl=console.default_ttl)
         console.log(sb.id)
         return RedirectResponse(SITE.url("sandboxes", sb.id), 303)
@@ -210,7 +222,9 @@ def create_console(console: Console) -> Starlette:
         try:
             arguments = json.loads(fields.get("arguments") or "{}")
         except ValueError as exc:
-            return _error_page(400, f"the arguments are not valid JSON: {exc}", "fix the JSON and send it again")
+            return _error_page(
+                400, f"the arguments are not valid JSON: {exc}", "fix the JSON and send it again"
+            )
         if not isinstance(arguments, dict):
             return _error_page(400, "the arguments must be a JSON object", 'e.g. {"title": "x"}')
         before = await sb.state()
@@ -228,12 +242,16 @@ def create_console(console: Console) -> Starlette:
     async def fork(request: Request) -> Response:
         sb = sandbox(request.path_params["id"])
         if len(console.runtime.sandboxes) >= console.max_sandboxes:
-            raise LimitReached(f"this daemon holds its maximum of {console.max_sandboxes} sandboxes", "stop some first")
+            raise LimitReached(
+                f"this daemon holds its maximum of {console.max_sandboxes} sandboxes", "stop some first"
+            )
         snap = await sb.snapshot()
         console.log(sb.id).snapshots.append(snap.id)
         (forked,) = await console.runtime.fork(snap, 1, isolation=sb.isolation, ttl=console.default_ttl)
         console.log(forked.id).snapshots.append(snap.id)
-        return RedirectResponse(SITE.url("sandboxes", forked.id, notice=f"forked from {sb.id} at {snap.id}"), 303)
+        return RedirectResponse(
+            SITE.url("sandboxes", forked.id, notice=f"forked from {sb.id} at {snap.id}"), 303
+        )
 
     async def stop(request: Request) -> Response:
         sb = sandbox(request.path_params["id"])
@@ -245,7 +263,10 @@ def create_console(console: Console) -> Starlette:
     def data_file(fid: str) -> DataFile:
         found = console.data.get(fid)
         if found is None:
-            raise NotFound(f"no data file {fid[:64]!r}", "the console shows only files under `envreg serve --ui-data` folders")
+            raise NotFound(
+                f"no data file {fid[:64]!r}",
+                "the console shows only files under `envreg serve --ui-data` folders",
+            )
         return found
 
     async def data_list(request: Request) -> Response:
@@ -262,9 +283,16 @@ def create_console(console: Console) -> Starlette:
         page = int(q["page"]) if q.get("page", "").isdigit() else 1
         return _html(
             episodes.list_page(
-                SITE, data, index, scores().rewards(data.id), env=q.get("env", ""), failure=q.get("failure", ""),
-                min_reward=_float(q.get("min")), max_reward=_float(q.get("max")), page=page,
-            )  # fmt: skip
+                SITE,
+                data,
+                index,
+                scores().rewards(data.id),
+                env=q.get("env", ""),
+                failure=q.get("failure", ""),
+                min_reward=_float(q.get("min")),
+                max_reward=_float(q.get("max")),
+                page=page,
+            )
         )
 
     def scores() -> EpisodeScores:
@@ -303,6 +331,7 @@ def create_console(console: Console) -> Starlette:
         Route("/ui/data/{fid}", data_view),
         Route("/ui/data/{fid}/{n}", episode),
     ]
+
     async def envreg_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, EnvregError)
         return _error_page(exc.status, exc.message, exc.hint)
@@ -324,7 +353,9 @@ def create_console(console: Console) -> Starlette:
             await set_cookie(RedirectResponse(path + (f"?{rest}" if rest else ""), 303))(scope, receive, send)
             return
         if not public and not signed_in(request):
-            await _login_page("Sign in with the daemon's token to use the console.", 401)(scope, receive, send)
+            await _login_page("Sign in with the daemon's token to use the console.", 401)(
+                scope, receive, send
+            )
             return
         await inner(scope, receive, send)
 
@@ -340,7 +371,9 @@ def data_index(site: Site, data: DataFiles) -> str:
     files = data.scan()
     rows = [[link(file_url(site, f), f.label), e(f.kind), f"{f.path.stat().st_size:,} B"] for f in files]
     where = ", ".join(f"<code>{e(p)}</code>" for p in (*data.folders, *data.files)) or "none"
-    note = "" if site.static else " (start the daemon with <code>envreg serve --ui-data DIR</code>, repeatable)"
+    note = (
+        "" if site.static else " (start the daemon with <code>envreg serve --ui-data DIR</code>, repeatable)"
+    )
     return site.page(
         "Data",
         f"<p>Files read from: {where}{note}.</p>"

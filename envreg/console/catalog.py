@@ -122,7 +122,12 @@ def env_page(site: Site, catalog: Catalog, manifest: Manifest, play: str = "") -
         ],
     )
     scenario_rows = [
-        [e(s.name), str(len(s.steps)), e(", ".join(dict.fromkeys(st.tool for st in s.steps))), e(s.description)]
+        [
+            e(s.name),
+            str(len(s.steps)),
+            e(", ".join(dict.fromkeys(st.tool for st in s.steps))),
+            e(s.description),
+        ]
         for s in scenarios
     ]
     rejected_rows = [[e(r.name), f"<code>{e(r.error)}</code>", e(r.description)] for r in rejected]
@@ -134,9 +139,17 @@ def env_page(site: Site, catalog: Catalog, manifest: Manifest, play: str = "") -
         f"<h2>State schema</h2>{schema_fields(manifest.state_schema)}"
         f"<details><summary>as JSON</summary>{json_block(manifest.state_schema)}</details>"
         f"<h2>Scenarios</h2>"
-        + (table(["scenario", "calls", "tools", "description"], scenario_rows, numeric=(1,)) if scenario_rows else '<p class="muted">none found</p>')
+        + (
+            table(["scenario", "calls", "tools", "description"], scenario_rows, numeric=(1,))
+            if scenario_rows
+            else '<p class="muted">none found</p>'
+        )
         + "<h2>Rejected states</h2>"
-        + (table(["case", "error it must give", "description"], rejected_rows) if rejected_rows else '<p class="muted">none found</p>')
+        + (
+            table(["case", "error it must give", "description"], rejected_rows)
+            if rejected_rows
+            else '<p class="muted">none found</p>'
+        )
     )
     return site.page(manifest.name, body)
 
@@ -163,13 +176,20 @@ def tool_page(site: Site, manifest: Manifest, name: str) -> str | None:
 def search_page(site: Site, catalog: Catalog, query: str) -> str:
     hits = catalog.search(query)
     rows = [
-        [link(site.url("env", m.name, "tool", t["name"]), t["name"]), link(site.url("env", m.name), m.name), e(m.domain), e(t["description"])]
+        [
+            link(site.url("env", m.name, "tool", t["name"]), t["name"]),
+            link(site.url("env", m.name), m.name),
+            e(m.domain),
+            e(t["description"]),
+        ]
         for m, t in hits[:500]
     ]
     if not query:
         found = "<p class=muted>Type words that every hit must contain (name, environment, domain, description).</p>"
     else:
-        found = f"<p>{len(hits)} tools match <code>{e(query)}</code>.</p>" + table(["tool", "environment", "domain", "description"], rows)
+        found = f"<p>{len(hits)} tools match <code>{e(query)}</code>.</p>" + table(
+            ["tool", "environment", "domain", "description"], rows
+        )
     return site.page("Search tools", search_box(site, query) + found)
 
 

@@ -148,7 +148,11 @@ class EpisodeIndex:
         return sorted({s.failure for s in self.summaries if s.failure})
 
     def select(
-        self, env: str = "", failure: str = "", min_reward: float | None = None, max_reward: float | None = None
+        self,
+        env: str = "",
+        failure: str = "",
+        min_reward: float | None = None,
+        max_reward: float | None = None,
     ) -> list[Summary]:
         def keep(s: Summary) -> bool:
             if env and env not in s.envs:
@@ -183,11 +187,22 @@ def summarize(index: int, row: Any) -> Summary:
     failure = ""
     if kind == "rollout":
         gate = (row.get("reward") or {}).get("gate")
-        failure = row.get("error") and "error" or gate or ("" if row.get("stop") == "answered" else row.get("stop", ""))
+        if row.get("error"):
+            failure = "error"
+        elif gate:
+            failure = gate
+        elif row.get("stop", "answered") != "answered":
+            failure = row["stop"]
         if not failure and not row.get("passed"):
             failure = "not passed"
     elif "error" in row and kind != "item":
         failure = "unreadable"
     return Summary(
-        index, str(record.get("id") or row.get("id") or f"#{index}"), kind, envs, len(record.get("turns") or []), reward, str(failure)
+        index,
+        str(record.get("id") or row.get("id") or f"#{index}"),
+        kind,
+        envs,
+        len(record.get("turns") or []),
+        reward,
+        str(failure),
     )

@@ -60,7 +60,9 @@ def list_page(
         f"<p><code>{e(data.label)}</code> · {len(index)} episodes, {len(chosen)} shown by the filters · page "
         f"{page} of {pages}</p>"
         + ("" if site.static else _filters(site, data, index, env, failure, min_reward, max_reward))
-        + table(["#", "episode", "kind", "environments", "turns", "reward", "failure"], rows, numeric=(0, 4, 5))
+        + table(
+            ["#", "episode", "kind", "environments", "turns", "reward", "failure"], rows, numeric=(0, 4, 5)
+        )
         + f'<nav class="pages">{pager}</nav>'
         + '<p class="muted">Records and items store no reward: theirs is scored (envreg.reward) when the episode is opened.</p>'
     )
@@ -80,10 +82,18 @@ def _page_numbers(page: int, pages: int) -> list[int]:
     return sorted(p for p in wanted if 1 <= p <= pages)
 
 
-def _filters(site: Site, data: DataFile, index: EpisodeIndex, env: str, failure: str, low: float | None, high: float | None) -> str:
+def _filters(
+    site: Site,
+    data: DataFile,
+    index: EpisodeIndex,
+    env: str,
+    failure: str,
+    low: float | None,
+    high: float | None,
+) -> str:
     def select(name: str, values: list[str], chosen: str) -> str:
         options = '<option value="">any</option>' + "".join(
-            f'<option{" selected" if v == chosen else ""}>{e(v)}</option>' for v in values
+            f"<option{' selected' if v == chosen else ''}>{e(v)}</option>" for v in values
         )
         return f'<select name="{name}">{options}</select>'
 
@@ -111,11 +121,21 @@ def reward_section(breakdown: dict[str, Any] | None, error: str | None = None) -
     missing = breakdown.get("missing") or []
     states = breakdown.get("states") or []
     state_rows = [
-        [e(s["env"]), "equal" if s.get("equal") else '<span class="bad">differs</span>', fmt(s.get("score")), e(", ".join(s.get("differing", [])))]
+        [
+            e(s["env"]),
+            "equal" if s.get("equal") else '<span class="bad">differs</span>',
+            fmt(s.get("score")),
+            e(", ".join(s.get("differing", []))),
+        ]
         for s in states
     ]
     return (
-        table(headers, rows, numeric=tuple(range(1, 8)), attrs=f'class="reward" data-reward="{breakdown.get("reward")}"')
+        table(
+            headers,
+            rows,
+            numeric=tuple(range(1, 8)),
+            attrs=f'class="reward" data-reward="{breakdown.get("reward")}"',
+        )
         + counts
         + (f"<p>oracle calls not made: {e(', '.join(missing))}</p>" if missing else "")
         + (table(["environment", "final state", "score", "differing"], state_rows) if state_rows else "")
@@ -169,9 +189,11 @@ def turns_section(row: dict[str, Any]) -> str:
         if states:
             previous = {**previous, **states}
         if turn.get("state_sha256"):
-            body += "<p class=muted>state after: " + ", ".join(
-                f"{e(k)} <code>{e(str(v)[:16])}</code>" for k, v in turn["state_sha256"].items()
-            ) + "</p>"
+            body += (
+                "<p class=muted>state after: "
+                + ", ".join(f"{e(k)} <code>{e(str(v)[:16])}</code>" for k, v in turn["state_sha256"].items())
+                + "</p>"
+            )
         if isinstance(turn.get("reward"), dict):
             body += "<h3>turn reward</h3>" + reward_section(turn["reward"])
         stop = turn.get("stop")
@@ -195,7 +217,12 @@ def _output_section(output: Any) -> str:
 
 
 def episode_page(
-    site: Site, data: DataFile, summary: Summary, row: Any, breakdown: dict[str, Any] | None, error: str | None
+    site: Site,
+    data: DataFile,
+    summary: Summary,
+    row: Any,
+    breakdown: dict[str, Any] | None,
+    error: str | None,
 ) -> str:
     """One episode; `breakdown` is the stored reward (rollouts) or the one just scored (records, items)."""
     kind = kind_of(row)
@@ -210,17 +237,45 @@ def episode_page(
         record = row.get("record", row.get("ground_truth"))
         record = record if isinstance(record, dict) else {}
         output = row.get("output", row.get("response"))
-        oracle_label = "the record's own calls (scored with --oracle)" if output is None else "the model's output"
+        oracle_label = (
+            "the record's own calls (scored with --oracle)" if output is None else "the model's output"
+        )
+        scored = (breakdown or {}).get("calls") or []
+        scored_rows = [
+            [
+                f"<code>{e(c.get('env') or '?')}.{e(c.get('tool'))}</code>",
+                e(c.get("status")),
+                "yes" if c.get("matched") else '<span class="bad">no</span>',
+            ]
+            for c in scored
+        ]
+        calls = (
+            table(["call", "status", "matches an oracle call"], scored_rows, attrs='class="scored-calls"')
+            if scored_rows
+            else ""
+        )
         body = (
             head + reward + "<div class=cols><div>"
             f"<h2>Episode: {oracle_label}</h2>"
-            + (_output_section(output) if output is not None else turns_section(record) or _call_rows(record.get("calls") or []))
+            + calls
+            + (
+                _output_section(output)
+                if output is not None
+                else turns_section(record) or _call_rows(record.get("calls") or [])
+            )
             + "</div><div><h2>Oracle (the record)</h2>"
             + (turns_section(record) if record.get("turns") else _call_rows(record.get("calls") or []))
             + "</div></div><h2>Provenance</h2>"
             + provenance_section(record)
         )
     else:
-        body = head + reward + "<h2>Turns</h2>" + turns_section(row) + "<h2>Provenance</h2>" + provenance_section(row)
+        body = (
+            head
+            + reward
+            + "<h2>Turns</h2>"
+            + turns_section(row)
+            + "<h2>Provenance</h2>"
+            + provenance_section(row)
+        )
     body += f"<details><summary>the whole line as JSON</summary>{json_block(row)}</details>"
     return site.page(f"Episode {summary.id}", body)

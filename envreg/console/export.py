@@ -22,7 +22,11 @@ SITE = Site(static=True)
 
 
 async def export(
-    files: list[Path], out: Path, catalog: Catalog | None, runtime, progress: Callable[[str], None] = lambda _: None
+    files: list[Path],
+    out: Path,
+    catalog: Catalog | None,
+    runtime,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> int:
     """Write the pages under `out`; returns how many. Raises `ValueError` for a file the console cannot read."""
     for path in files:
@@ -46,7 +50,11 @@ async def export(
         written += 1
 
     found = data.scan()
-    home = "<ul>" + "".join(f"<li>{link(file_url(SITE, f), f.label)} ({e(f.kind)})</li>" for f in found) + "</ul>"
+    home = (
+        "<ul>"
+        + "".join(f"<li>{link(file_url(SITE, f), f.label)} ({e(f.kind)})</li>" for f in found)
+        + "</ul>"
+    )
     if catalog is not None:
         home += f"<p>{link(SITE.url('catalog'), 'The catalog')}: {len(catalog.manifests)} environments.</p>"
     write(SITE.url(), SITE.page("envreg report", home))
@@ -56,14 +64,20 @@ async def export(
         for f in found:
             progress(f.label)
             if f.kind == "validation":
-                write(SITE.url("data", f.id), validation.validation_page(SITE, f, json.loads(f.path.read_text())))
+                write(
+                    SITE.url("data", f.id),
+                    validation.validation_page(SITE, f, json.loads(f.path.read_text())),
+                )
                 continue
             if f.kind == "graph":
                 continue
             index = data.index(f)
             for n, summary in enumerate(index.summaries):
                 breakdown, error = await scores.get(f.id, n, index.row(n))
-                write(SITE.url("data", f.id, str(n)), episodes.episode_page(SITE, f, summary, index.row(n), breakdown, error))
+                write(
+                    SITE.url("data", f.id, str(n)),
+                    episodes.episode_page(SITE, f, summary, index.row(n), breakdown, error),
+                )
             rewards = scores.rewards(f.id)
             pages = max(1, -(-len(index) // episodes.PAGE_SIZE))
             for page in range(1, pages + 1):
@@ -79,7 +93,10 @@ async def export(
         for m in catalog.manifests.values():
             write(SITE.url("env", m.name), catalog_pages.env_page(SITE, catalog, m))
             for tool in m.tools:
-                write(SITE.url("env", m.name, "tool", tool.name), catalog_pages.tool_page(SITE, m, tool.name) or "")
+                write(
+                    SITE.url("env", m.name, "tool", tool.name),
+                    catalog_pages.tool_page(SITE, m, tool.name) or "",
+                )
         for domain in catalog.domains():
             write(SITE.url("graph", domain), catalog_pages.graph_page(SITE, catalog, domain))
     return written

@@ -21,7 +21,9 @@ def _kind(schema: dict[str, Any]) -> str:
 def _field(name: str, schema: dict[str, Any], required: bool) -> str:
     kind = _kind(schema)
     label = f"<code>{e(name)}</code>" + ("" if required else ' <span class="muted">optional</span>')
-    about = f' <span class="muted">{e(schema.get("description", ""))}</span>' if schema.get("description") else ""
+    about = (
+        f' <span class="muted">{e(schema.get("description", ""))}</span>' if schema.get("description") else ""
+    )
     attrs = f'name="arg-{e(name)}" data-arg="{e(name)}" data-kind="{"string" if kind == "enum" else kind}"'
     default = schema.get("default")
     if kind == "boolean":
@@ -33,7 +35,9 @@ def _field(name: str, schema: dict[str, Any], required: bool) -> str:
         control = f"<select {attrs}>{options}</select>"
     elif kind == "json":
         value = "" if default is None else json.dumps(default)
-        control = f'<textarea {attrs} placeholder="JSON ({e(schema.get("type", "any"))})">{e(value)}</textarea>'
+        control = (
+            f'<textarea {attrs} placeholder="JSON ({e(schema.get("type", "any"))})">{e(value)}</textarea>'
+        )
     else:
         step = ' step="1"' if kind == "integer" else ' step="any"' if kind == "number" else ""
         input_type = "number" if kind in ("integer", "number") else "text"
@@ -47,14 +51,16 @@ def tool_form(tool: dict[str, Any], action: str | None) -> str:
     schema = tool.get("inputSchema") or {}
     props: dict[str, Any] = schema.get("properties") or {}
     required = set(schema.get("required") or [])
-    fields = "".join(_field(name, sub if isinstance(sub, dict) else {}, name in required) for name, sub in props.items())
+    fields = "".join(
+        _field(name, sub if isinstance(sub, dict) else {}, name in required) for name, sub in props.items()
+    )
     fields = fields or '<p class="muted">This tool takes no arguments.</p>'
     if action is None:
-        return f'<form class="tool" onsubmit="return false">{fields}</form>'
+        return f'<form class="tool preview">{fields}</form>'
     return (
         f'<form class="tool" method="post" action="{e(action)}">'
         f'<input type="hidden" name="tool" value="{e(tool["name"])}">{fields}'
-        '<details><summary>or send JSON arguments as typed</summary>'
+        "<details><summary>or send JSON arguments as typed</summary>"
         '<label><input type="radio" name="mode" value="form" checked> from the fields</label>'
         '<label><input type="radio" name="mode" value="json"> this JSON</label>'
         '<textarea name="arguments">{}</textarea></details>'

@@ -47,7 +47,10 @@ def domain_svg(graph: Any, domain: str, tool_url: Callable[[str, str], str]) -> 
     size = 2 * radius + BOX_W + 40
     centre = size / 2
     pos = {
-        n: (centre + radius * math.cos(2 * math.pi * i / len(nodes)), centre + radius * math.sin(2 * math.pi * i / len(nodes)))
+        n: (
+            centre + radius * math.cos(2 * math.pi * i / len(nodes)),
+            centre + radius * math.sin(2 * math.pi * i / len(nodes)),
+        )
         for i, n in enumerate(nodes)
     }
     parts = [
@@ -78,7 +81,9 @@ def domain_svg(graph: Any, domain: str, tool_url: Callable[[str, str], str]) -> 
             f'<text x="{x:.1f}" y="{y + 4:.1f}" font-size="10" text-anchor="middle">{e(_short(tool))}</text></a>'
         )
     legend = " ".join(f'<tspan fill="{colour[env]}">■ {e(env)}</tspan>' for env in envs)
-    parts.append(f'<text x="10" y="18" font-size="12">{legend} · {len(own)} tools, {len(edges)} dependencies</text>')
+    parts.append(
+        f'<text x="10" y="18" font-size="12">{legend} · {len(own)} tools, {len(edges)} dependencies</text>'
+    )
     parts.append("</svg>")
     return "".join(parts)
 

@@ -42,7 +42,9 @@ def table(headers: list[str], rows: list[list[str]], numeric: tuple[int, ...] = 
     """A table of already-escaped cells; columns in `numeric` are right-aligned; `attrs` go on <table>."""
     head = "".join(f"<th>{h}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row)) + "</tr>"
+        "<tr>"
+        + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
+        + "</tr>"
         for row in rows
     )
     return f"<table{' ' + attrs if attrs else ''}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -70,7 +72,11 @@ class Site:
         query = {k: v for k, v in query.items() if v not in (None, "")}
         if self.static:
             name = "-".join(_file_part(p) for p in parts) or "index"
-            suffix = ("-" + "-".join(f"{k}{_file_part(str(v))}" for k, v in sorted(query.items()))) if query else ""
+            suffix = (
+                ("-" + "-".join(f"{k}{_file_part(str(v))}" for k, v in sorted(query.items())))
+                if query
+                else ""
+            )
             return f"{name}{suffix}.html"
         path = "/".join(quote(p, safe="") for p in parts)
         tail = f"?{urlencode(query)}" if query else ""

@@ -60,7 +60,12 @@ def list_page(site: Site, rows: list[tuple[Any, SandboxLog, int | None]]) -> str
     body = (
         f"<p>{len(rows)} live sandboxes. Start one from an environment's page in the "
         f"{link(site.url('catalog'), 'catalog')}.</p>"
-        + table(["sandbox", "environment", "tier", "age", "lease", "calls", "state size"], cells, numeric=(5, 6), attrs='class="sandboxes"')
+        + table(
+            ["sandbox", "environment", "tier", "age", "lease", "calls", "state size"],
+            cells,
+            numeric=(5, 6),
+            attrs='class="sandboxes"',
+        )
         + '<p class="muted">Age counts from when this daemon\'s console first saw the sandbox; calls are those made from the console.</p>'
     )
     return site.page("Sandboxes", body)
@@ -70,7 +75,9 @@ def state_size(state: dict[str, Any]) -> int:
     return len(canonical_json(state))
 
 
-def sandbox_page(site: Site, sb: Any, log: SandboxLog, tools: list[dict[str, Any]], state: dict[str, Any], notice: str = "") -> str:
+def sandbox_page(
+    site: Site, sb: Any, log: SandboxLog, tools: list[dict[str, Any]], state: dict[str, Any], notice: str = ""
+) -> str:
     base = ("sandboxes", sb.id)
     actions = (
         f'<form class="inline" method="post" action="{e(site.url(*base, "snapshot"))}"><button>Snapshot</button></form> '
@@ -92,7 +99,7 @@ def sandbox_page(site: Site, sb: Any, log: SandboxLog, tools: list[dict[str, Any
         )
     forms = "".join(
         f'<details class="play" data-tool="{e(t["name"])}"><summary><code>{e(t["name"])}</code> '
-        f'<span class="muted">{e((t.get("description") or "")[:140])}</span></summary>'
+        f'<span class="muted">{e((t.get("description") or "")[:90])}</span></summary>'
         f"{tool_form(t, site.url(*base, 'call'))}</details>"
         for t in tools
     )
@@ -102,7 +109,9 @@ def sandbox_page(site: Site, sb: Any, log: SandboxLog, tools: list[dict[str, Any
         + (f" · MCP <code>{e(sb.mcp_url)}</code>" if sb.mcp_url else "")
         + f"</p><p>{actions}</p>"
         + (f"<h2>Snapshots</h2><ul>{snaps}</ul>" if snaps else "")
-        + "<div class=cols><div><h2>Play as the agent</h2>" + forms + "</div>"
+        + "<div class=cols><div><h2>Play as the agent</h2>"
+        + forms
+        + "</div>"
         + f"<div><h2>Call log</h2>{''.join(reversed(entries)) or '<p class=muted>no calls yet</p>'}</div></div>"
         + f"<h2>State</h2>{json_block(state, 60_000)}"
     )

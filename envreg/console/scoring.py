@@ -17,7 +17,9 @@ def item_of(row: Any) -> tuple[ScoreItem, bool]:
     if kind_of(row) == "item":
         record = row.get("record", row.get("ground_truth"))
         output = row.get("output", row.get("response"))
-        item = ScoreItem(record=record, output=output, extra_info=row.get("extra_info"), options=row.get("options"))
+        item = ScoreItem(
+            record=record, output=output, extra_info=row.get("extra_info"), options=row.get("options")
+        )
         return item, output is None
     return ScoreItem(record=row), True
 

@@ -13,7 +13,9 @@ STATUS_CSS = {"pass": "ok", "fail": "bad", "skip": "muted"}
 def validation_page(site: Site, data: DataFile, report: dict[str, Any]) -> str:
     envs = report.get("environments") or []
     verdict = '<span class="ok">passed</span>' if report.get("passed") else '<span class="bad">failed</span>'
-    parts = [f"<p><code>{e(data.label)}</code> · {len(envs)} environments · {verdict} · {report.get('seconds', 0)} s</p>"]
+    parts = [
+        f"<p><code>{e(data.label)}</code> · {len(envs)} environments · {verdict} · {report.get('seconds', 0)} s</p>"
+    ]
     summary_rows = []
     for env in envs:
         counts = env.get("counts") or {}
@@ -25,7 +27,9 @@ def validation_page(site: Site, data: DataFile, report: dict[str, Any]) -> str:
                 f"<code>{e((env.get('image_id') or '')[:19])}</code>",
             ]
         )
-    parts.append(table(["environment", "verdict", "pass", "fail", "skip", "image"], summary_rows, numeric=(2, 3, 4)))
+    parts.append(
+        table(["environment", "verdict", "pass", "fail", "skip", "image"], summary_rows, numeric=(2, 3, 4))
+    )
     for env in envs:
         rows = []
         for check in env.get("checks") or []:
@@ -46,6 +50,11 @@ def validation_page(site: Site, data: DataFile, report: dict[str, Any]) -> str:
             f'<h2 id="env-{e(env.get("target", ""))}">{e(env.get("target", ""))}</h2>'
             f"<p class=muted>{e(env.get('name') or '')} {e(env.get('version') or '')} · manifest "
             f"<code>{e(env.get('manifest_digest') or '')}</code></p>{error}"
-            + table(["check", "status", "summary", "evidence", "seconds"], rows, numeric=(4,), attrs='class="checks"')
+            + table(
+                ["check", "status", "summary", "evidence", "seconds"],
+                rows,
+                numeric=(4,),
+                attrs='class="checks"',
+            )
         )
     return site.page(f"Validation: {data.label}", "".join(parts))

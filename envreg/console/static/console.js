@@ -24,6 +24,10 @@ function collectArguments(form) {
 document.addEventListener("submit", (event) => {
   const form = event.target;
   if (!form.matches("form.tool")) return;
+  if (form.matches(".preview")) { // a schema shown as a form, with nowhere to send it
+    event.preventDefault();
+    return;
+  }
   const target = form.querySelector("textarea[name=arguments]");
   const raw = form.querySelector("input[name=mode]:checked");
   if (raw && raw.value === "json") return; // the JSON text as typed
