@@ -257,7 +257,7 @@ def test_report_writes_static_pages_whose_links_all_resolve(tmp_path: Path, data
     assert (out / "index.html").is_file() and (out / "static" / "console.css").is_file()
     for path in pages:
         html = path.read_text()
-        for href in re.findall(r'(?:href|src)="([^"#]+)', html):
+        for href in re.findall(r'(?:href|src)="(?!data:)([^"#]+)', html):
             assert (out / href).is_file(), f"{path.name} links to {href}, which was not written"
     expected = reward_score_json(data / "items.jsonl")
     episode = next(p for p in pages if p.name.endswith("-1.html") and p.name.startswith("data-"))
