@@ -35,7 +35,10 @@ def report(
         ),
     ] = None,
 ) -> None:
-    """Write the console's pages for FILE... as static HTML under --html OUT/ (rewards as `envreg reward score` gives them)."""
+    """Write the console's pages for trajectory, rollout and validation files as static HTML under --html OUT/.
+
+    Rewards are scored as `envreg reward score` scores them.
+    """
     import anyio
 
     from envreg.config import images_root, manifests_root
