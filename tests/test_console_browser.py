@@ -122,7 +122,7 @@ def test_every_page_loads(page: Any, daemon: DaemonProcess) -> None:
     links = [a.get_attribute("href") for a in page.locator("main table a").all()]
     for n, href in enumerate(links):
         assert page.goto(daemon.url + href).status == 200, href
-        shot(page, f"data-{n}")
+        shot(page, f"data-{n}-{page.locator('h1').inner_text().split('/')[-1].split('.')[0]}")
         if "/ui/data/" in href:
             first = page.locator("main table a[href^='/ui/data/']").first
             if first.count():
@@ -159,6 +159,7 @@ def test_play_two_calls_through_the_form_and_see_the_state_diffs(page: Any, daem
     page.wait_for_url(sandbox_url)
     second = page.locator(".card.call[data-call='2']")
     assert second.locator("table.state-diff tr.diff-del code").first.inner_text() == f"events.{event_id}"
+    page.locator("details[data-tool=create_event] > summary").click()
     shot(page, "sandbox")
     page.goto(f"{daemon.url}/ui/sandboxes")
     row = page.locator("table.sandboxes tr", has_text=sandbox_url.rsplit("/", 1)[1])

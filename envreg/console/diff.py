@@ -13,7 +13,7 @@ def changes(before: Any, after: Any) -> list[tuple[str, str, str, str]]:
     out = []
     for path, left, right in differences(before, after):
         kind = "added" if left is _MISSING else "removed" if right is _MISSING else "changed"
-        out.append((kind, path, shown(left, 200), shown(right, 200)))
+        out.append((kind, path, shown(left, 1000), shown(right, 1000)))
     return out
 
 
