@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-from conftest import ROOT
+from conftest import ROOT, scaled
 from console_helpers import (
     EVENT,
     reward_score_json,
@@ -270,3 +270,32 @@ def test_report_writes_static_pages_whose_links_all_resolve(tmp_path: Path, data
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_5000_episode_file_is_read_once_and_each_page_reads_only_its_lines(tmp_path: Path) -> None:
+    from envreg.console.data import DataFiles
+    from envreg.console.episodes import list_page
+    from envreg.console.html import Site
+
+    n = scaled(5000, 500)
+    turn = {
+        "user": "u",
+        "calls": [{"name": "t", "arguments": {"x": "y" * 200}, "status": "ok", "result": "r" * 500}],
+    }
+    with (tmp_path / "rollouts.jsonl").open("w") as f:
+        for i in range(n):
+            envs = [{"name": "bank" if i % 2 else "shop", "isolation": "local", "digest": "d"}]
+            row = {"id": f"ep{i}", "task_id": "t", "envs": envs, "turns": [turn] * 5,
+                   "reward": {"reward": (i % 10) / 10}, "passed": i % 10 == 9}  # fmt: skip
+            f.write(json.dumps(row) + "\n")
+    files = DataFiles(folders=(tmp_path,))
+    (data,) = files.scan()
+    index = files.index(data)
+    assert len(index) == n and index.rows is None, "JSON Lines are kept as offsets, not in memory"
+    assert index.row(n - 1)["id"] == f"ep{n - 1}"
+    chosen = index.select(env="bank")
+    assert len(chosen) == n // 2
+    html = list_page(Site(), data, index, {}, env="bank", min_reward=0.85)
+    assert html.count("<tr>") - 1 == min(50, n // 10)
+    assert f">ep{n - 1}<" in list_page(Site(), data, index, {}, page=n // 50)
