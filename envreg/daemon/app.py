@@ -1,7 +1,8 @@
 """The daemon's ASGI app: the REST control API (FastAPI) and the MCP gateway on one port.
 
 ``/sandboxes/<id>/mcp`` goes to the runtime's `Gateway` (per-sandbox token), ``/ui`` to the web
-console (`envreg.console`, the same daemon token, as a cookie); everything else to the control API, where every route, ``/openapi.json`` included, needs ``Authorization: Bearer <daemon token>``.
+console (`envreg.console`: the daemon token, kept in a cookie); everything else to the control API,
+where every route, ``/openapi.json`` included, needs ``Authorization: Bearer <daemon token>``.
 
 Status codes: 400 bad input (malformed body, a disabled tier, a state together with a snapshot),
 401 missing or wrong token, 403 a browser origin not allowed (``--cors-origin``), 404 unknown or
