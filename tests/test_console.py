@@ -222,6 +222,48 @@ async def test_the_console_reads_only_the_folders_it_was_given(client: httpx2.As
     assert (await client.get("/ui/data/..%2F..%2Fetc%2Fpasswd")).status_code == 404
 
 
+def test_a_rollout_shows_its_turns_its_stored_reward_and_why_it_failed(tmp_path: Path) -> None:
+    from envreg.console.data import DataFiles
+    from envreg.console.episodes import episode_page, list_page
+    from envreg.console.html import Site
+    from envreg.reward.score import RewardBreakdown
+    from envreg.rollout.record import CallRecord, EnvProvenance, EpisodeRecord, TurnRecord
+
+    reward = RewardBreakdown(reward=0.25, r_traj=0.5, r_state=0.0, p_length=0.0, p_format=0.0, expected_calls=2,
+                             predicted_calls=1, matched_calls=1, gate="forbidden_tool")  # fmt: skip
+    call = CallRecord(name="get_balance", env="bank", tool="get_balance", arguments={"account_id": "acc_9"},
+                      status="error", result="no account acc_9")  # fmt: skip
+    record = EpisodeRecord(
+        id="ep_1",
+        task_id="bank/x",
+        envs=[
+            EnvProvenance(name="bank", isolation="local", digest="sha256:abc", final_state_sha256="f" * 64)
+        ],
+        turns=[TurnRecord(user="What is my balance?", calls=[call], state_sha256={"bank": "e" * 64})],
+        reward=reward,
+        stop="step_limit",
+    )
+    (tmp_path / "rollouts.jsonl").write_text(record.model_dump_json() + "\n")
+    files = DataFiles(folders=(tmp_path,))
+    (data,) = files.scan()
+    index = files.index(data)
+    assert index.summaries[0].failure == "forbidden_tool" and index.summaries[0].reward == 0.25
+    listed = list_page(Site(), data, index, {}, failure="forbidden_tool")
+    assert "ep_1" in listed and "0.250" in listed
+    html = episode_page(Site(), data, index.summaries[0], index.row(0), index.row(0)["reward"], None)
+    assert 'data-reward="0.25"' in html and "What is my balance?" in html
+    assert "no account acc_9" in html and '<span class="bad">error</span>' in html
+    assert "stopped: step_limit" in html and "sha256:abc" in html
+
+
+def test_serve_refuses_a_ui_data_folder_that_is_not_one(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "envreg.cli.main", "serve", "--port", "0", "--ui-data", str(tmp_path / "nope")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "ENVREG_HOME": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 2 and "--ui-data" in proc.stderr and "not a folder" in proc.stderr
+
+
 def test_a_big_file_is_indexed_once_and_paged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from envreg.console.data import DataFiles
     from envreg.console.episodes import PAGE_SIZE, list_page

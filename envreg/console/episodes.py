@@ -230,8 +230,17 @@ def episode_page(
         f"<p>{link(site.url('data', data.id), data.label)} · episode {summary.index} · {e(kind)} · "
         f"environments {e(', '.join(summary.envs) or '?')}</p>"
     )
-    if isinstance(row, dict) and row.get("error") and kind == "rollout":
-        head += f'<div class="error">{e(row["error"])}</div>'
+    if isinstance(row, dict) and kind == "rollout":
+        passed = (
+            '<span class="ok">passed</span>' if row.get("passed") else '<span class="bad">not passed</span>'
+        )
+        stop = row.get("stop", "answered")
+        head += f"<p>{passed} · " + (
+            f'<span class="bad">stopped: {e(stop)}</span>' if stop != "answered" else "answered"
+        )
+        head += f" · model <code>{e(row.get('model') or '?')}</code></p>"
+        if row.get("error"):
+            head += f'<div class="error">{e(row["error"])}</div>'
     reward = "<h2>Reward</h2>" + reward_section(breakdown, error)
     if kind == "item":
         record = row.get("record", row.get("ground_truth"))
