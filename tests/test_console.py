@@ -139,6 +139,8 @@ async def test_a_domain_graph_links_each_tool(client: httpx2.AsyncClient) -> Non
 
 async def test_play_a_sandbox_from_the_form_and_see_each_state_change(client: httpx2.AsyncClient) -> None:
     await sign_in(client)
+    refused = await client.post("/ui/env/calendar/sandbox", content="isolation=container", headers=FORM)
+    assert refused.status_code == 400 and "not enabled on this daemon" in refused.text
     started = await client.post("/ui/env/calendar/sandbox", content="isolation=local", headers=FORM)
     assert started.status_code == 303
     url = started.headers["location"]

@@ -165,9 +165,19 @@ def test_play_two_calls_through_the_form_and_see_the_state_diffs(page: Any, daem
     row = page.locator("table.sandboxes tr", has_text=sandbox_url.rsplit("/", 1)[1])
     assert "container" in row.inner_text() and re.search(r"\b2\b", row.inner_text()), "tier and the 2 calls"
     page.goto(sandbox_url)
-    page.click("text=Stop")
-    page.wait_for_url(f"{daemon.url}/ui/sandboxes")
-    assert sandbox_url.rsplit("/", 1)[1] not in page.content()
+    page.click("button:text('Snapshot')")
+    page.wait_for_load_state()
+    assert re.search(r"snapshot sha256:[0-9a-f]{64}", page.locator(".notice").inner_text())
+    page.click("button:text('Fork')")
+    page.wait_for_url(re.compile(r".*/ui/sandboxes/sb_[0-9a-f]+\?notice=.*"))
+    fork_url = page.url.split("?")[0]
+    assert fork_url != sandbox_url and "forked from" in page.locator(".notice").inner_text()
+    assert "container tier" in page.locator("main p").first.inner_text()
+    for url in (fork_url, sandbox_url):
+        page.goto(url)
+        page.click("button:text('Stop')")
+        page.wait_for_url(f"{daemon.url}/ui/sandboxes")
+        assert url.rsplit("/", 1)[1] not in page.content()
 
 
 def test_an_episode_shows_the_reward_breakdown_envreg_reward_score_gives(

@@ -27,7 +27,7 @@ from envreg.console.catalog import Catalog
 from envreg.console.data import DataFile, DataFiles
 from envreg.console.html import STATIC_FILES, Site, e, link, static_file, table, template
 from envreg.console.scoring import EpisodeScores
-from envreg.errors import EnvregError, LimitReached, NotFound
+from envreg.errors import BadRequest, EnvregError, LimitReached, NotFound
 
 COOKIE = "envreg_console"
 MEDIA = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
@@ -186,8 +186,9 @@ def create_console(console: Console) -> Starlette:
         m = manifest(request.path_params["name"])
         isolation = (await form(request)).get("isolation", "")
         if isolation not in console.tiers:
-            raise EnvregError(
-                f"tier {isolation!r} is not enabled on this daemon (enabled: {', '.join(console.tiers)})"
+            raise BadRequest(
+                f"tier {isolation[:20]!r} is not enabled on this daemon (enabled: {', '.join(console.tiers)})",
+                f"start it with `envreg serve --tiers {','.join(console.tiers)},{isolation[:20]}`",
             )
         if len(console.runtime.sandboxes) >= console.max_sandboxes:
             raise LimitReached(
@@ -209,10 +210,10 @@ def create_console(console: Console) -> Starlette:
             rows.append((sb, console.log(sb.id), size))
         return _html(sandboxes.list_page(SITE, rows))
 
-    async def sandbox_view(request: Request, notice: str = "") -> Response:
+    async def sandbox_view(request: Request) -> Response:
         sb = sandbox(request.path_params["id"])
         tools, state = await sb.list_tools(), await sb.state()
-        notice = notice or e(request.query_params.get("notice", ""))
+        notice = e(request.query_params.get("notice", "")[:200])
         return _html(sandboxes.sandbox_page(SITE, sb, console.log(sb.id), tools, state, notice))
 
     async def call(request: Request) -> Response:
