@@ -94,6 +94,8 @@ async def test_the_console_needs_the_daemon_token(client: httpx2.AsyncClient) ->
     assert (await client.get("/ui/")).status_code == 200
     assert (await client.get("/v1/healthz")).status_code == 401, "the cookie is no key to the REST API"
     client.cookies.clear()
+    huge = await client.post("/ui/login", content=b"token=" + b"x" * (17 << 20), headers=FORM)
+    assert huge.status_code == 413, "the console's bodies are capped like the API's"
     wrong = await client.post("/ui/login", content="token=nope", headers=FORM)
     assert wrong.status_code == 401
     login = await client.post("/ui/login", content="token=secret", headers=FORM)

@@ -501,9 +501,6 @@ class DaemonApp:
         if scope["type"] == "http" and scope["path"].startswith(GATEWAY_PREFIX):
             await self.gateway(scope, receive, send)
             return
-        if self.console is not None and scope["type"] == "http" and _is_console(scope["path"]):
-            await self.console(scope, receive, send)
-            return
         if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
             try:
                 body = await read_body(scope, receive, self.max_body)
@@ -513,6 +510,9 @@ class DaemonApp:
                 )
                 return
             receive = replay(body, receive)
+        if self.console is not None and scope["type"] == "http" and _is_console(scope["path"]):
+            await self.console(scope, receive, send)  # bodies capped as the API's
+            return
         await self.api(scope, receive, send)
 
 
