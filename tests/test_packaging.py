@@ -93,7 +93,11 @@ def test_the_wheel_carries_the_catalog_and_the_metadata(wheel: Path) -> None:
         "envreg/py.typed",
         "envreg/_catalog/docker-bake.hcl",
         "envreg/_catalog/images/base/Dockerfile",
-    } <= names
+        "envreg/console/templates/layout.html",
+        "envreg/console/templates/login.html",
+        "envreg/console/static/console.css",
+        "envreg/console/static/console.js",
+    } <= names, "the console's assets ship in the wheel"
     assert sum(n.startswith("envreg/_catalog/manifests/") for n in names) == len(
         list((ROOT / "manifests").glob("*.json"))
     )

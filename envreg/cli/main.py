@@ -88,6 +88,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "eval",
         "Play every task `--trials` times with the model; print pass@1, pass^k and mean reward by environment and domain.",
     ),
+    "report": (
+        "report",
+        "Write the console's pages for trajectory, rollout and validation files as static HTML under --html OUT/.",
+    ),
     "schema": (
         "schema",
         "Print the JSON Schema of an envreg file format (manifest, scenario, trajectory, lock).",

@@ -153,6 +153,16 @@ def serve(
             f"it is closed {KEEP_ALIVE_GRACE} s later). Above any proxy's idle timeout in front of it."
         ),
     ] = KEEP_ALIVE_SECONDS,
+    ui_data: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--ui-data",
+            help="A folder whose trajectories, rollout outputs and validation reports the web console (/ui) "
+            "shows. Repeatable.",
+            metavar="DIR",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Run the runtime daemon: a REST control API (OpenAPI at /openapi.json) and the MCP gateway, on one port."""
@@ -177,6 +187,9 @@ def serve(
             "--lease-ttl, --max-sandboxes and --keep-alive must be positive, --recycle at least 0",
             2,
         )
+    for folder in ui_data or []:
+        if not folder.is_dir():
+            raise fail(f"--ui-data {folder}: not a folder", "give a folder of trajectories or reports", 2)
     token = token or daemon_token()
     config = DaemonConfig(
         host=host,
@@ -191,6 +204,7 @@ def serve(
         allowed_hosts=tuple(allow_host or ()),
         cors_origins=tuple(cors_origin or ()),
         keep_alive=keep_alive,
+        ui_data=tuple(p.resolve() for p in ui_data or ()),
         log_level=log_level,
     )
     if host not in ("127.0.0.1", "::1", "localhost"):
@@ -202,6 +216,7 @@ def serve(
     def ready(url: str, daemon_token: str) -> None:
         where = "given token" if token else f"token in {daemon_file()}"
         err.print(f"envreg daemon listening on [bold]{url}[/] ({where}; API docs: {url}/openapi.json)")
+        err.print(f"web console: {url}/ui/ (sign in with the daemon token)")
         err.print("Ctrl-C or SIGTERM stops it and removes every sandbox it leased")
 
     try:

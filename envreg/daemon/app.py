@@ -1,7 +1,8 @@
 """The daemon's ASGI app: the REST control API (FastAPI) and the MCP gateway on one port.
 
-``/sandboxes/<id>/mcp`` goes to the runtime's `Gateway` (per-sandbox token); everything else to the
-control API, where every route, ``/openapi.json`` included, needs ``Authorization: Bearer <daemon token>``.
+``/sandboxes/<id>/mcp`` goes to the runtime's `Gateway` (per-sandbox token), ``/ui`` to the web
+console (`envreg.console`: the daemon token, kept in a cookie); everything else to the control API,
+where every route, ``/openapi.json`` included, needs ``Authorization: Bearer <daemon token>``.
 
 Status codes: 400 bad input (malformed body, a disabled tier, a state together with a snapshot),
 401 missing or wrong token, 403 a browser origin not allowed (``--cors-origin``), 404 unknown or
@@ -20,6 +21,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -28,7 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.canonical import canonical_json, sha256_hex
 from envreg.daemon import models as m
@@ -55,6 +57,7 @@ class DaemonSettings:
     # Host values beyond loopback at this port (``name:port``, ``name:*``); browser origins (CORS)
     allowed_hosts: tuple[str, ...] = ()
     cors_origins: tuple[str, ...] = ()
+    ui_data: tuple[Path, ...] = ()  # folders the console reads trajectories and reports from
     reserved: int = field(default=0, init=False)  # sandboxes being created right now
 
     @property
@@ -491,9 +494,16 @@ class DaemonApp:
     Both are behind one `AccessGuard` (Host / Origin checks, CORS for the allowed browser origins).
     """
 
-    def __init__(self, api: FastAPI, gateway: Gateway, settings: DaemonSettings | None = None) -> None:
+    def __init__(
+        self,
+        api: FastAPI,
+        gateway: Gateway,
+        settings: DaemonSettings | None = None,
+        console: ASGIApp | None = None,
+    ) -> None:
         self.api = api
         self.gateway = gateway
+        self.console = console
         settings = settings or DaemonSettings(token="")
         self.max_body = settings.max_body
         self.guarded = AccessGuard(self.route, settings.allowed_hosts, settings.cors_origins)
@@ -517,6 +527,9 @@ class DaemonApp:
                 await send_json(send, 400, {"error": f"invalid request: {problem}"})
                 return
             receive = replay(body, receive)
+        if self.console is not None and scope["type"] == "http" and _is_console(scope["path"]):
+            await self.console(scope, receive, send)  # bodies capped as the API's
+            return
         await self.api(scope, receive, send)
 
 
@@ -547,6 +560,30 @@ def json_problem(body: bytes) -> str | None:
     return None
 
 
+def _is_console(path: str) -> bool:
+    return path == "/ui" or path.startswith("/ui/")
+
+
+def create_console_app(rt: Runtime, settings: DaemonSettings) -> ASGIApp:
+    """The web console over the daemon's runtime: the catalog, its sandboxes, the ``ui_data`` folders."""
+    from envreg.config import images_root, manifests_root
+    from envreg.console.app import Console, create_console
+    from envreg.console.catalog import Catalog
+    from envreg.console.data import DataFiles
+
+    console = Console(
+        runtime=rt,
+        token=settings.token,
+        catalog=Catalog(manifests_root(), images_root()),
+        data=DataFiles(folders=settings.ui_data),
+        tiers=settings.tiers,
+        max_sandboxes=settings.max_sandboxes,
+        default_ttl=settings.default_ttl,
+    )
+    return create_console(console)
+
+
 def create_app(rt: Runtime, settings: DaemonSettings, http: httpx2.AsyncClient) -> DaemonApp:
     """The daemon app over an entered Runtime; `http` is the gateway's upstream client."""
-    return DaemonApp(create_api(rt, settings), Gateway(rt.get, http, ended=rt.ended_reason), settings)
+    gateway = Gateway(rt.get, http, ended=rt.ended_reason)
+    return DaemonApp(create_api(rt, settings), gateway, settings, create_console_app(rt, settings))

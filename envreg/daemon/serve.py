@@ -90,6 +90,8 @@ class DaemonConfig:
     cors_origins: tuple[str, ...] = ()
     keep_alive: int = KEEP_ALIVE_SECONDS
     """Seconds an idle connection is kept, as answers say (`KeepAlive`); closed `KEEP_ALIVE_GRACE` later."""
+    ui_data: tuple[Path, ...] = ()
+    """Folders the web console (``/ui``) reads trajectories, rollouts and validation reports from."""
     write_file: bool = True
     log_level: str = "warning"
 
@@ -135,6 +137,7 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
         default_ttl=config.lease_ttl,
         allowed_hosts=(*config.allowed_hosts, urlsplit(url).netloc),  # the URL it gives agents
         cors_origins=config.cors_origins,
+        ui_data=config.ui_data,
     )
     try:
         async with (
