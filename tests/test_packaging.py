@@ -68,6 +68,27 @@ def test_server_dependencies_are_an_extra() -> None:
     }
 
 
+WITHOUT_SYNTH = """
+import sys
+sys.modules.update(dict.fromkeys(["networkx", "torch", "sentence_transformers"]))  # as if not installed
+from envreg.synth.scenarios import scenario_records
+from envreg.synth.graph import load_manifests
+records = scenario_records("calendar")
+print(len(records), len(load_manifests("manifests", ["calendar"])))
+"""
+
+
+def test_scenario_records_and_the_catalog_need_no_synth_extra() -> None:
+    """`envreg augment` over committed scenarios and `envreg envgen propose` (gaps only) read the manifests
+    and replay scenarios: neither needs networkx or torch."""
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_SYNTH], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records, manifests = map(int, proc.stdout.split())
+    assert records > 0 and manifests == 1
+
+
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel `pip wheel .` builds from this checkout (the build hook copies the catalog in)."""
