@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -125,6 +126,13 @@ def test_the_wheel_carries_the_catalog_and_the_metadata(wheel: Path) -> None:
     assert "Provides-Extra: server" in metadata and "Classifier: Typing :: Typed" in metadata
 
 
+def outside_env(**extra: str) -> dict[str, str]:
+    """This environment as a user outside any checkout has it: no ENVREG_* setting, no PYTHONPATH (which
+    could point at a checkout, whose envreg.egg-info pip would take for an installed envreg)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVREG_") and k != "PYTHONPATH"}
+    return env | extra
+
+
 def _venv(where: Path, wheel: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
     proc = subprocess.run(
@@ -139,8 +147,10 @@ def _venv(where: Path, wheel: Path) -> Path:
         capture_output=True,
         text=True,
         timeout=900,
+        env=outside_env(),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (where / "bin" / "envreg").is_file(), proc.stdout[-3000:]
     return where / "bin"
 
 
@@ -151,8 +161,7 @@ def test_a_wheel_install_works_outside_any_checkout(wheel: Path, tmp_path: Path)
     bin_ = _venv(tmp_path / "venv", wheel)
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVREG_")}
-    env |= {"ENVREG_HOME": str(tmp_path / "home"), "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    env = outside_env(ENVREG_HOME=str(tmp_path / "home"), DOCKER_HOST=f"unix://{tmp_path}/no-engine.sock")
 
     def envreg(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -196,6 +205,39 @@ def test_a_wheel_install_works_outside_any_checkout(wheel: Path, tmp_path: Path)
     )  # fmt: skip
     assert score.returncode == 0, score.stderr
     assert json.loads(score.stdout.strip().splitlines()[-1])["score"] == 1.0
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_envreg_build_works_outside_any_checkout(docker_engine: None, wheel: Path, tmp_path: Path) -> None:
+    """From a fresh venv holding the wheel, in a folder that is no checkout: `envreg build calendar` builds
+    the base and the calendar image from the catalog the wheel carries, under ENVREG_IMAGE_PREFIX, labelled
+    with the digest of the manifest the wheel ships."""
+    bin_ = _venv(tmp_path / "venv", wheel)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    prefix = f"wheel-{secrets.token_hex(4)}"
+    env = outside_env(ENVREG_HOME=str(tmp_path / "home"), ENVREG_IMAGE_PREFIX=prefix)
+    shipped = json.loads((ROOT / "manifests" / "calendar.json").read_text())
+    tags = [f"{prefix}/base:{__version__}", f"{prefix}/calendar:{shipped['version']}"]
+    try:
+        proc = subprocess.run(
+            [str(bin_ / "envreg"), "build", "calendar", "--json"],
+            cwd=work, env=env, capture_output=True, text=True, timeout=1500,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        rows = {row["name"]: row for row in json.loads(proc.stdout)}
+        assert [rows["base"]["tag"], rows["calendar"]["tag"]] == tags
+        assert rows["calendar"]["manifest_digest"] == shipped["digests"]["manifest"]
+        labels = subprocess.run(
+            ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", tags[1]],
+            capture_output=True, text=True, check=True, timeout=60,
+        ).stdout  # fmt: skip
+        assert shipped["digests"]["manifest"] in json.loads(labels).values()
+        assert not (work / "manifests").exists() and not (work / ".cache").exists()
+    finally:
+        subprocess.run(["docker", "image", "rm", *tags], capture_output=True, timeout=120)
 
 
 def _call_tools(url: str, token: str) -> list[str]:
