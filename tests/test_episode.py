@@ -50,4 +50,4 @@ def test_episode_command_refuses_an_unknown_scenario(reference_images) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2
-    assert "no scenario 'no-such-scenario'" in proc.stdout
+    assert "no scenario 'no-such-scenario'" in proc.stderr

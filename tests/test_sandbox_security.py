@@ -61,7 +61,7 @@ async def test_the_agent_plane_answers_only_through_the_gateway(isolation: str) 
                 assert r.status_code == 401, (
                     "a host user reached the sandbox without going through the gateway"
                 )
-                assert "MCP URL" in r.json()["error"]
+                assert "MCP URL" in r.json()["error"]["message"]
         for era in ERAS:  # the gateway path still works in both eras
             async with mcp_client(sb.mcp_url, era, token=sb.token) as client:
                 assert not (await client.call_tool("list_calendars", {})).is_error

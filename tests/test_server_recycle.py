@@ -84,7 +84,9 @@ def test_a_recycled_server_keeps_nothing_of_the_last_sandbox(server: EnvServerPr
 
     recycle(server)
 
-    assert health(server) == {
+    after = health(server)
+    assert after.pop("sessions")["open"] == 0, "an MCP session of the last sandbox is still open"
+    assert after == {
         "status": "ok",
         "env": "leaky",
         "version": "1.0.0",

@@ -315,8 +315,10 @@ class DockerBackend(Backend):
 
         if self.keeper is not None:
             self.keeper.close()
-        # a start still running in a worker thread can attach a container after the listing: sweep again
-        for attempt in range(20):
+        # a start still running in a worker thread can attach a container after the listing: sweep again;
+        # the engine can be slow to drop the endpoints of fifty containers removed at once (Docker 20.10)
+        deadline = time.monotonic() + 60
+        while True:
             for container in self.client.containers.list(
                 all=True, filters={"label": f"{RUNTIME_LABEL}={self.runtime_id}"}
             ):
@@ -327,25 +329,30 @@ class DockerBackend(Backend):
                 break
             except docker.errors.NotFound:
                 break
-            except docker.errors.APIError:  # "has active endpoints"
-                if attempt == 19:
-                    raise
-                self._force_endpoints_out(self.network, every_started=attempt == 0)
+            except docker.errors.APIError as exc:  # "has active endpoints"
+                left = self._force_endpoints_out(self.network)
+                if time.monotonic() > deadline:
+                    raise EngineError(
+                        f"could not remove network {self.network.name}: endpoints still on it: "
+                        f"{', '.join(left) or '(none listed)'} ({exc.explanation})",
+                        "run `envreg gc`: it removes the network and its firewall rule",
+                    ) from exc
                 time.sleep(0.5)
         self.client.close()
         self.client = None
 
-    def _force_endpoints_out(self, network: Any, every_started: bool) -> None:
-        """Force out the endpoints still on `network`: those it lists and, with `every_started`, one per
-        container this runtime started. A removal that raced with others can leave an endpoint behind that
-        no container owns (Docker 20.10); the engine deletes it only when asked by its name, the container's."""
+    def _force_endpoints_out(self, network: Any) -> list[str]:
+        """Force out the endpoints still on `network`, those it lists and one per container this runtime
+        started (a removal that raced with others can leave an endpoint behind that no container owns, and
+        Docker 20.10 deletes it only when asked by its name, the container's); returns the names listed."""
         import docker.errors
 
         with contextlib.suppress(docker.errors.APIError):
             network.reload()
-        names = {info.get("Name") for info in (network.attrs.get("Containers") or {}).values()}
-        if every_started:
-            names |= self.started_names
-        for name in sorted(n for n in names if n):
+        listed = sorted(
+            n for info in (network.attrs.get("Containers") or {}).values() if (n := info.get("Name"))
+        )
+        for name in sorted(set(listed) | self.started_names):
             with contextlib.suppress(docker.errors.APIError):
                 network.disconnect(name, force=True)
+        return listed
