@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import socket
 from dataclasses import dataclass
@@ -287,8 +288,10 @@ async def test_a_dropped_pooled_connection_is_retried_on_a_new_one(servers) -> N
             await stream.send(raw_call(route, gw.port, rid=1))
             await read_answers(stream, 1)
             for conns in gw.lane.idle.values():  # the server side closes the pooled connection
-                for conn in conns:
-                    conn.transport.get_extra_info("socket").shutdown(socket.SHUT_RD)
+                for conn in conns:  # through a dup of its fd: uvloop's transport socket has no shutdown()
+                    fd = conn.transport.get_extra_info("socket").fileno()
+                    with socket.socket(fileno=os.dup(fd)) as sock:
+                        sock.shutdown(socket.SHUT_RD)
             await stream.send(raw_call(route, gw.port, rid=2))
             [(status, body)] = await read_answers(stream, 1)
         assert status == 200 and json.loads(body)["id"] == 2

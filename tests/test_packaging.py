@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -67,6 +69,27 @@ def test_server_dependencies_are_an_extra() -> None:
     }
 
 
+WITHOUT_SYNTH = """
+import sys
+sys.modules.update(dict.fromkeys(["networkx", "torch", "sentence_transformers"]))  # as if not installed
+from envreg.synth.scenarios import scenario_records
+from envreg.synth.graph import load_manifests
+records = scenario_records("calendar")
+print(len(records), len(load_manifests("manifests", ["calendar"])))
+"""
+
+
+def test_scenario_records_and_the_catalog_need_no_synth_extra() -> None:
+    """`envreg augment` over committed scenarios and `envreg envgen propose` (gaps only) read the manifests
+    and replay scenarios: neither needs networkx or torch."""
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_SYNTH], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records, manifests = map(int, proc.stdout.split())
+    assert records > 0 and manifests == 1
+
+
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel `pip wheel .` builds from this checkout (the build hook copies the catalog in)."""
@@ -107,6 +130,13 @@ def test_the_wheel_carries_the_catalog_and_the_metadata(wheel: Path) -> None:
     assert "Provides-Extra: server" in metadata and "Classifier: Typing :: Typed" in metadata
 
 
+def outside_env(**extra: str) -> dict[str, str]:
+    """This environment as a user outside any checkout has it: no ENVREG_* setting, no PYTHONPATH (which
+    could point at a checkout, whose envreg.egg-info pip would take for an installed envreg)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVREG_") and k != "PYTHONPATH"}
+    return env | extra
+
+
 def _venv(where: Path, wheel: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
     proc = subprocess.run(
@@ -121,8 +151,10 @@ def _venv(where: Path, wheel: Path) -> Path:
         capture_output=True,
         text=True,
         timeout=900,
+        env=outside_env(),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (where / "bin" / "envreg").is_file(), proc.stdout[-3000:]
     return where / "bin"
 
 
@@ -133,8 +165,7 @@ def test_a_wheel_install_works_outside_any_checkout(wheel: Path, tmp_path: Path)
     bin_ = _venv(tmp_path / "venv", wheel)
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVREG_")}
-    env |= {"ENVREG_HOME": str(tmp_path / "home"), "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    env = outside_env(ENVREG_HOME=str(tmp_path / "home"), DOCKER_HOST=f"unix://{tmp_path}/no-engine.sock")
 
     def envreg(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -178,6 +209,39 @@ def test_a_wheel_install_works_outside_any_checkout(wheel: Path, tmp_path: Path)
     )  # fmt: skip
     assert score.returncode == 0, score.stderr
     assert json.loads(score.stdout.strip().splitlines()[-1])["score"] == 1.0
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_envreg_build_works_outside_any_checkout(docker_engine: None, wheel: Path, tmp_path: Path) -> None:
+    """From a fresh venv holding the wheel, in a folder that is no checkout: `envreg build calendar` builds
+    the base and the calendar image from the catalog the wheel carries, under ENVREG_IMAGE_PREFIX, labelled
+    with the digest of the manifest the wheel ships."""
+    bin_ = _venv(tmp_path / "venv", wheel)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    prefix = f"wheel-{secrets.token_hex(4)}"
+    env = outside_env(ENVREG_HOME=str(tmp_path / "home"), ENVREG_IMAGE_PREFIX=prefix)
+    shipped = json.loads((ROOT / "manifests" / "calendar.json").read_text())
+    tags = [f"{prefix}/base:{__version__}", f"{prefix}/calendar:{shipped['version']}"]
+    try:
+        proc = subprocess.run(
+            [str(bin_ / "envreg"), "build", "calendar", "--json"],
+            cwd=work, env=env, capture_output=True, text=True, timeout=1500,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        rows = {row["name"]: row for row in json.loads(proc.stdout)}
+        assert [rows["base"]["tag"], rows["calendar"]["tag"]] == tags
+        assert rows["calendar"]["manifest_digest"] == shipped["digests"]["manifest"]
+        labels = subprocess.run(
+            ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", tags[1]],
+            capture_output=True, text=True, check=True, timeout=60,
+        ).stdout  # fmt: skip
+        assert shipped["digests"]["manifest"] in json.loads(labels).values()
+        assert not (work / "manifests").exists() and not (work / ".cache").exists()
+    finally:
+        subprocess.run(["docker", "image", "rm", *tags], capture_output=True, timeout=120)
 
 
 def _call_tools(url: str, token: str) -> list[str]:
@@ -230,7 +294,7 @@ def _verl_record() -> str:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# beside the RL stacks: pip's resolver, metadata only
+# beside the RL stacks: uv's resolver, metadata only
 # ------------------------------------------------------------------------------------------------------------
 
 STACKS = {
@@ -240,23 +304,47 @@ STACKS = {
 }
 
 
-def _dry_run(requirements: list[str], cache: Path) -> dict[str, str]:
-    """What `pip install --dry-run --report` would install here (CPython 3.11, linux x86_64) from PyPI alone
-    (`--isolated`: no local wheel folder, no constraints), name -> version; `cache` is pip's cache for this
-    run, so what it downloaded can be checked."""
-    report = cache / "report.json"
+def _uv() -> str:
+    """uv from this venv (the dev extra installs it) or PATH."""
+    found = shutil.which(
+        "uv", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    )
+    if not found:
+        pytest.fail("uv is not installed: the co-install check resolves with it (pip install -e '.[dev]')")
+    return found
+
+
+@pytest.fixture(scope="session")
+def uv_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One uv cache for the session's resolutions: the stacks share most of their metadata (torch, CUDA)."""
+    return tmp_path_factory.mktemp("uv-cache")
+
+
+def _resolve(requirements: list[str], out: Path, cache: Path) -> dict[str, str]:
+    """What an install of `requirements` would get on CPython 3.11, linux x86_64 (whatever this machine is),
+    from PyPI alone: `uv pip compile` with no config file, no local index or wheel folder and no constraints,
+    name -> version. Metadata only: no wheel is installed or built."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "requirements.in").write_text("\n".join(requirements) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
     proc = subprocess.run(
         [
-            sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--ignore-installed", "--quiet",
-            "--report", str(report), "--cache-dir", str(cache / "pip"), "--prefer-binary", *requirements,
+            _uv(), "pip", "compile", "--quiet", "--no-config", "--native-tls", "--no-header", "--no-annotate",
+            "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
+            "--index-url", "https://pypi.org/simple", "--cache-dir", str(cache),
+            "-o", str(out / "resolved.txt"), str(out / "requirements.in"),
         ],
-        capture_output=True, text=True, timeout=1500,
-        env={**os.environ, "PIP_CERT": os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt")},
+        capture_output=True, text=True, timeout=900, env=env,
     )  # fmt: skip
     if proc.returncode:
-        pytest.fail(f"pip could not resolve {requirements}:\n{proc.stderr[-3000:]}")
-    data = json.loads(report.read_text())
-    return {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in data["install"]}
+        pytest.fail(f"{requirements} do not resolve together:\n{proc.stderr[-3000:]}")
+    resolved = {}
+    for line in (out / "resolved.txt").read_text().splitlines():
+        if line.strip() and not line.startswith(("#", " ")):
+            req = Requirement(line)  # name==version, or name @ URL for the local wheel
+            version = req.url or next(iter(req.specifier)).version
+            resolved[re.sub(r"[-_.]+", "-", req.name).lower()] = version
+    return resolved
 
 
 def _pypi_reachable() -> bool:
@@ -268,26 +356,40 @@ def _pypi_reachable() -> bool:
         return False
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(3600)  # two resolutions of a whole RL stack against PyPI
-@pytest.mark.parametrize("stack", list(STACKS))
-def test_installing_beside_an_rl_stack_downgrades_none_of_its_packages(
-    stack: str, wheel: Path, tmp_path: Path
-) -> None:
-    """The stack alone, then the stack with the envreg wheel (and its server extra): every package the stack
-    resolved to keeps its version or moves up. Metadata only: no wheel of torch (CUDA or not) is downloaded."""
-    if not _pypi_reachable():
-        pytest.skip("PyPI is not reachable from here: the co-install check needs its metadata")
-    alone = _dry_run(STACKS[stack], tmp_path / "alone")
-    together = _dry_run([*STACKS[stack], f"{wheel}[server]"], tmp_path / "together")
-    assert "envreg" in together
-    downgraded = {
+def downgrades(alone: dict[str, str], together: dict[str, str]) -> dict[str, str]:
+    """Each package of `alone` that `together` lacks or holds at a lower version: name -> "old -> new"."""
+    return {
         name: f"{version} -> {together.get(name, 'removed')}"
         for name, version in alone.items()
         if name not in together or Version(together[name]) < Version(version)
     }
-    assert not downgraded, f"envreg downgrades {stack}'s packages: {downgraded}"
-    big = [
-        p for p in (tmp_path / "together" / "pip").rglob("*") if p.is_file() and p.stat().st_size > 50_000_000
-    ]
-    assert not big, f"the dry run downloaded whole wheels: {big}"
+
+
+def test_downgrades_sees_a_lower_version_and_a_removed_package() -> None:
+    alone = {"vllm": "0.33.0", "torch": "2.14.0", "gradio": "5.50.0"}
+    together = {"vllm": "0.33.0", "torch": "2.14.1", "envreg": "0.1.0"}
+    assert downgrades(alone, together) == {"gradio": "5.50.0 -> removed"}
+    assert downgrades(alone, {**together, "gradio": "5.1.0"}) == {"gradio": "5.50.0 -> 5.1.0"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("stack", list(STACKS))
+def test_installing_beside_an_rl_stack_downgrades_none_of_its_packages(
+    stack: str, wheel: Path, uv_cache: Path, tmp_path: Path
+) -> None:
+    """The stack alone, then the stack with the envreg wheel and its server extra: every package the stack
+    resolved to is still there at its version or a higher one. Metadata only: no torch wheel is downloaded."""
+    if not _pypi_reachable():
+        pytest.skip("PyPI is not reachable from here: the co-install check needs its metadata")
+    alone = _resolve(STACKS[stack], tmp_path / "alone", uv_cache)
+    together = _resolve(
+        [*STACKS[stack], f"envreg[server] @ {wheel.as_uri()}"], tmp_path / "together", uv_cache
+    )
+    assert stack in alone and "torch" in alone, alone
+    assert "envreg" in together and "fastapi" in together
+    assert not downgrades(alone, together), (
+        f"envreg downgrades {stack}'s packages: {downgrades(alone, together)}"
+    )
+    big = [p for p in uv_cache.rglob("*") if p.is_file() and p.stat().st_size > 50_000_000]
+    assert not big, f"the resolution downloaded whole wheels: {big}"

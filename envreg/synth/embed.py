@@ -42,7 +42,11 @@ class SentenceTransformerEmbedder:
         self.device = device
         self.threads = threads
         if model == DEFAULT_MODEL:
-            self.id = f"{DEFAULT_MODEL}=={metadata.version(DEFAULT_MODEL)}"
+            try:
+                self.id = f"{DEFAULT_MODEL}=={metadata.version(DEFAULT_MODEL)}"
+            except metadata.PackageNotFoundError:  # the synth extra brings it: say so, as for a module
+                module = DEFAULT_MODEL.replace("-", "_")
+                raise ModuleNotFoundError(f"No module named {module!r}", name=module) from None
         else:
             self.id = f"sentence-transformers:{model}"
         self._model = None

@@ -24,13 +24,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 
 from envreg.canonical import canonical_json, digest
 from envreg.manifest import Manifest
+
+if TYPE_CHECKING:
+    import networkx as nx
+
 from envreg.synth.params import (
     Param,
     classify,
@@ -155,6 +158,8 @@ class ToolGraph:
 
     # persistence -------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
+        import networkx as nx
+
         data = nx.node_link_data(self.graph, edges="links")
         data["nodes"] = sorted(data["nodes"], key=lambda n: n["id"])
         data["links"] = sorted(data["links"], key=lambda e: (e["source"], e["target"]))
@@ -183,6 +188,8 @@ class ToolGraph:
             raise ValueError(
                 f"{path}: its digest does not match its content; rebuild it with `envreg synth graph`"
             )
+        import networkx as nx
+
         return cls(nx.node_link_graph(data["graph"], edges="links"), data["meta"])
 
     # statistics --------------------------------------------------------------------------------
@@ -347,6 +354,8 @@ def build_graph(
     `progress(done, total)` is called as the parameters' texts are embedded (what a cold build spends
     its time on).
     """
+    import networkx as nx
+
     g = nx.DiGraph()
     ins: list[Param] = []
     outs: list[Param] = []
