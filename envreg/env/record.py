@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from envreg.env.environment import Environment
 from envreg.env.scenario import CallOutcome, Scenario, states_equal, strip_volatile
@@ -286,7 +286,7 @@ def _first_line(exc: BaseException) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):
         with contextlib.suppress(Exception):
-            first = errors(include_url=False)[0]
+            first = cast(list[dict[str, Any]], errors(include_url=False))[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "state"
             return f"{where}: {first['msg']}"
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

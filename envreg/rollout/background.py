@@ -26,7 +26,7 @@ class Background:
 
     def __init__(self, **runtime_options: Any) -> None:
         self.options = runtime_options
-        self.runtime: Runtime | None = None
+        self._runtime: Runtime | None = None
         self._portal_cm: Any = None
         self._portal: Any = None
         self._runtime_cm: Any = None
@@ -37,8 +37,14 @@ class Background:
         self._portal_cm = start_blocking_portal()
         self._portal = self._portal_cm.__enter__()
         self._runtime_cm = self._portal.wrap_async_context_manager(Runtime(**self.options))
-        self.runtime = self._runtime_cm.__enter__()
+        self._runtime = self._runtime_cm.__enter__()
         return self
+
+    @property
+    def runtime(self) -> Runtime:
+        if self._runtime is None:
+            raise RuntimeError("the background runtime is not started: call start() first")
+        return self._runtime
 
     def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``await fn(*args)`` on the runtime's loop; block this thread until it is done."""
@@ -55,7 +61,7 @@ class Background:
             self._runtime_cm.__exit__(None, None, None)
         finally:
             self._portal_cm.__exit__(None, None, None)
-            self._portal = self._portal_cm = self._runtime_cm = self.runtime = None
+            self._portal = self._portal_cm = self._runtime_cm = self._runtime = None
 
 
 def shared(**runtime_options: Any) -> Background:

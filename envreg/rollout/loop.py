@@ -32,7 +32,7 @@ from envreg.canonical import canonical_json, sha256_hex
 from envreg.errors import EnvregError
 from envreg.reward.score import RewardBreakdown, ScoreOptions, Scorer
 from envreg.rollout.policy import Policy
-from envreg.rollout.record import CallRecord, EnvProvenance, EpisodeRecord, TurnRecord
+from envreg.rollout.record import CallRecord, EnvProvenance, EpisodeRecord, Stop, TurnRecord
 from envreg.rollout.session import Session
 from envreg.rollout.task import Task
 from envreg.runtime import Runtime
@@ -265,7 +265,7 @@ class Rollouts:
             content = (await session.call(name, function.get("arguments"), call_id)).result
         return {"role": "tool", "tool_call_id": call_id, "content": content}
 
-    def _budget_stop(self, record: EpisodeRecord, policy_seconds: float, turn: TurnRecord) -> str | None:
+    def _budget_stop(self, record: EpisodeRecord, policy_seconds: float, turn: TurnRecord) -> Stop | None:
         opts = self.options
         if turn.steps >= opts.max_steps:
             return "step_limit"

@@ -105,6 +105,8 @@ class ChatPolicy:
                 ) from None
             except httpx2.TransportError as exc:
                 raise PolicyError(f"the model at {self.base_url} failed: {exc!r}") from None
+        else:
+            raise PolicyError(f"no request was sent: attempts is {self.attempts}, it must be at least 1")
         seconds = time.perf_counter() - start
         return _reply(response, self.base_url, seconds)
 

@@ -108,7 +108,7 @@ class Session:
                 forks[env] = await runtime.fork(
                     snap,
                     n,
-                    isolation=isolation,
+                    isolation=isolation,  # type: ignore[arg-type]
                     env=(sources or {}).get(env),
                     ttl=ttl,  # type: ignore[arg-type]
                 )

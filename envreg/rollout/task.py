@@ -211,6 +211,8 @@ def scenario_tasks(envs: Iterable[str]) -> list[Task]:
     tasks = []
     for ref in envs:
         environment = load_environment(ref)
+        if environment.folder is None:
+            raise ValueError(f"{ref}: an environment defined in code has no scenario files")
         scenarios, _ = load_scenarios(environment.folder)
         tasks += [Task.from_scenario(environment, s) for s in scenarios]
     return tasks

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import verifiers as vf
 from datasets import Dataset
@@ -163,7 +163,7 @@ class EnvregToolEnv(vf.StatefulToolEnv):
         state[_KEY] = f"vf_{state['trajectory_id']}"
         state[_CALLS] = []
         await background.run(pool.get, state[_KEY], task)
-        return await super().setup_state(state)
+        return cast(vf.State, await super().setup_state(state))
 
     def update_tool_args(
         self, tool_name: str, tool_args: dict, messages: vf.Messages, state: vf.State, **kwargs: Any

@@ -135,10 +135,11 @@ class EnvregAgentLoop(ToolAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         key = "traj_" + secrets.token_hex(8)
         token = _trajectory.set(key)
-        isolation = next((t.isolation for t in self.tools.values() if isinstance(t, EnvregTool)), "local")
+        tools: dict[str, Any] = getattr(self, "tools", {})  # set by ToolAgentLoop.__init__
+        isolation = next((t.isolation for t in tools.values() if isinstance(t, EnvregTool)), "local")
         background, pool = sessions(isolation)
         try:
-            output = await super().run(sampling_params, **kwargs)
+            output = await super().run(sampling_params, **kwargs)  # pyright: ignore[reportAbstractUsage]
             task = task_of(kwargs.get("tools_kwargs"))
             if task is not None:
                 breakdown = await background.run(pool.score, key, task)
