@@ -28,6 +28,12 @@ NAMESPACE_HELP = "Repository namespace in the registry: <registry>/<namespace>/<
 RegistryOpt = Annotated[str | None, typer.Option("--registry", "-r", help=REGISTRY_HELP)]
 NamespaceOpt = Annotated[str, typer.Option("--namespace", help=NAMESPACE_HELP)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+TagOpt = Annotated[
+    bool,
+    typer.Option(
+        "--tag", help="Also tag envreg/<name>:<version> (moves the tag other users of this engine may run)."
+    ),
+]
 
 
 @contextmanager
@@ -160,13 +166,7 @@ def pull(
     replace: Annotated[
         bool, typer.Option("--replace", help="Allow replacing a recorded version with another image.")
     ] = False,
-    tag: Annotated[
-        bool,
-        typer.Option(
-            "--tag",
-            help="Also tag envreg/<name>:<version> (moves the tag other users of this engine may run).",
-        ),
-    ] = False,
+    tag: TagOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Pull environments by digest, verifying image and manifest digests and the environment code.
@@ -473,13 +473,7 @@ def save(
 
 def load(
     archive: Annotated[Path, typer.Argument(help="An archive written by `envreg save`.")],
-    tag: Annotated[
-        bool,
-        typer.Option(
-            "--tag",
-            help="Also tag envreg/<name>:<version> (moves the tag other users of this engine may run).",
-        ),
-    ] = False,
+    tag: TagOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Load an archive; every digest is verified before anything is recorded.

@@ -28,6 +28,7 @@ from envreg.console.data import DataFile, DataFiles
 from envreg.console.html import STATIC_FILES, Site, e, link, static_file, table, template
 from envreg.console.scoring import EpisodeScores
 from envreg.errors import BadRequest, EnvregError, LimitReached, NotFound
+from envreg.server.http import bearer_matches
 
 COOKIE = "envreg_console"
 MEDIA = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
@@ -93,11 +94,8 @@ def create_console(console: Console) -> Starlette:
 
     def signed_in(request: Request) -> bool:
         given = request.cookies.get(COOKIE, "")
-        if hmac.compare_digest(given.encode(), expected.encode()):
-            return True
-        auth = request.headers.get("authorization", "")
-        return auth.lower().startswith("bearer ") and hmac.compare_digest(
-            auth[7:].strip().encode(), console.token.encode()
+        return hmac.compare_digest(given.encode(), expected.encode()) or bearer_matches(
+            request.scope, console.token
         )
 
     def set_cookie(response: Response) -> Response:

@@ -25,11 +25,12 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.reward.batch import ItemResult, ScoreItem, score_items
 from envreg.reward.score import ScoreOptions, Scorer
 from envreg.runtime import Runtime
+from envreg.server.http import BodyTooLarge, read_body, replay, send_json
 
 
 @dataclass
@@ -71,42 +72,13 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
-        if declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(send)
+        try:
+            body = await read_body(scope, receive, self.limit)
+        except BodyTooLarge:
+            error = f"request body over this server's limit of {self.limit:,} bytes: send smaller batches"
+            await send_json(send, 413, {"error": error})
             return
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.limit:
-                await self._refuse(send)
-                return
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, send: Send) -> None:
-        error = f"request body over this server's limit of {self.limit:,} bytes: send smaller batches"
-        body = JSONResponse({"error": error}, status_code=413)
-        await body({"type": "http"}, _no_receive, send)
-
-
-async def _no_receive() -> Message:
-    return {"type": "http.disconnect"}
+        await self.app(scope, replay(body, receive), send)
 
 
 class ScoreRequest(BaseModel):

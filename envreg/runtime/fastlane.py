@@ -22,8 +22,8 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from envreg.protocol import GATEWAY_PREFIX, GENERATION_HEADER, KEEP_ALIVE_SECONDS, UPSTREAM_IDLE_SECONDS
-from envreg.runtime.gateway import HOP_BY_HOP, NOT_FORWARDED, upstream_error_body
+from envreg.protocol import GATEWAY_PREFIX, KEEP_ALIVE_SECONDS, UPSTREAM_IDLE_SECONDS
+from envreg.runtime.gateway import GENERATION, HOP_BY_HOP, NOT_FORWARDED, upstream_error_body
 from envreg.server.http import jsonrpc_request
 
 logger = logging.getLogger("envreg.gateway")
@@ -31,7 +31,6 @@ logger = logging.getLogger("envreg.gateway")
 MAX_HEAD = 64 * 1024
 _LEAVE = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"origin"})
 _LOOPBACK = (b"127.0.0.1", b"localhost", b"[::1]")
-_GENERATION = GENERATION_HEADER.encode()
 
 
 class Lane:
@@ -120,7 +119,7 @@ class Lane:
         if upstream.token:
             headers.append((b"authorization", b"Bearer " + upstream.token.encode()))
         if upstream.generation is not None:
-            headers.append((_GENERATION, str(upstream.generation).encode()))
+            headers.append((GENERATION, str(upstream.generation).encode()))
         return sandbox, upstream, headers, length, keep_alive
 
     # upstream connections ----------------------------------------------------------------------

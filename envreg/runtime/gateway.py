@@ -46,13 +46,14 @@ HOP_BY_HOP = {
     b"proxy-authorization",
     b"proxy-connection",
 }
+GENERATION = GENERATION_HEADER.encode()
 # Host and Origin were checked here (`AccessGuard`); the environment server sees the gateway as its client
 NOT_FORWARDED = HOP_BY_HOP | {
     b"host",
     b"authorization",
     b"content-length",
     b"origin",
-    GENERATION_HEADER.encode(),  # the gateway's to set: a client cannot pick the process it reaches
+    GENERATION,  # the gateway's to set: a client cannot pick the process it reaches
 }
 _NOT_RELAYED = HOP_BY_HOP | {b"date", b"server"}  # uvicorn sets its own
 _BROKEN = (httpx2.TransportError, UpstreamError, anyio.EndOfStream, anyio.IncompleteRead, OSError)
@@ -152,7 +153,7 @@ class Gateway:
         if upstream.token:
             headers.append((b"authorization", f"Bearer {upstream.token}".encode()))
         if upstream.generation is not None:
-            headers.append((GENERATION_HEADER.encode(), str(upstream.generation).encode()))
+            headers.append((GENERATION, str(upstream.generation).encode()))
         query = f"?{scope['query_string'].decode()}" if scope.get("query_string") else ""
         call = mcp_call(scope, body)
         if scope["method"] == "POST":
