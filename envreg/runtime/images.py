@@ -12,7 +12,7 @@ from typing import Any
 import docker.errors
 
 from envreg.docker_engine import engine_errors
-from envreg.errors import EngineError, ImageNotFound
+from envreg.errors import EngineError, ImageNotFound, VerificationError
 from envreg.protocol import MANIFEST_DIGEST_LABEL, NAME_LABEL, VERSION_LABEL
 
 logger = logging.getLogger("envreg.runtime")
@@ -21,24 +21,26 @@ _verify_lock = threading.Lock()
 
 
 def resolve_image(client: Any, ref: str) -> str:
-    """``name`` (newest), ``name:version``, ``name@sha256:...`` or an image reference -> image ID.
+    """``name`` (newest), ``name:version``, ``name@sha256:...``, an image reference or ID -> image ID.
 
     Names resolve through the local index (`envreg build`, `pull` and `load` write it); a name the
     index does not know resolves through ``envreg.lock`` in the working folder (its image ID), else
     the tag `envreg build` gives; an image of another repository with the same labels is never picked
-    (the choice is logged on ``envreg.runtime``). The image's
-    ``/env`` must be the code its manifest records (read without running it, once per image ID and
-    process); otherwise `envreg.registry.VerificationError` names the files that differ. An image
-    without envreg's labels is `ImageNotFound`: it is not an environment.
+    (the choice is logged on ``envreg.runtime``). Whatever the reference, the image must be the one this
+    host records for its name and version (`recorded_as`): a retagged or rebuilt look-alike is refused. First, the
+    image's ``/env`` must be the code its manifest records (read without running it, once per image ID and
+    process); otherwise `VerificationError` names the files that differ. An image without envreg's labels is
+    `ImageNotFound`: it is not an environment.
     """
     image_id = _resolve(client, ref)
-    environment_labels(client, image_id)
+    labels = environment_labels(client, image_id)
     with _verify_lock:
         if image_id not in _verified:
             from envreg.registry.engine import verify_image_source
 
             verify_image_source(client, image_id, ref if ref != image_id else None)
             _verified.add(image_id)
+    recorded_as(image_id, labels, ref)
     return image_id
 
 
@@ -55,8 +57,43 @@ def environment_labels(client: Any, image_id: str) -> dict[str, str]:
     return labels
 
 
+def recorded_as(image_id: str, labels: dict[str, str], ref: str) -> str | None:
+    """How this host binds the whole image (every layer and its config, through the image ID, which is their
+    digest): the local index's record of its name and version, else `envreg.lock`'s entry here. Returns that
+    record's description, or None when neither has one (then only ``/env`` is verified). Raises
+    `VerificationError` when the record names another image: a layer (site-packages, the base) or the
+    config changed after it was built, pulled or locked."""
+    from envreg.registry.index import default_index
+    from envreg.registry.refs import short
+
+    name, version = labels[NAME_LABEL], labels.get(VERSION_LABEL, "")
+    record = default_index().get(name, version)
+    if record is not None:
+        recorded, where, how = record.image_id, "the local index", f" ({record.source} {record.local_ref})"
+        hint = (
+            f"run the recorded image (`{name}:{version}`), or record this one if you built it: "
+            f"`envreg build {name} --force`, `envreg pull` or `envreg load`"
+        )
+    else:
+        locked = _locked(name, version, exact=True)
+        if locked is None:
+            return None
+        recorded, where, how = locked.image_id, "envreg.lock", ""
+        hint = "install what the lock pins (`envreg pull --locked`) or lock this image (`envreg lock`)"
+    if recorded != image_id:
+        raise VerificationError(
+            f"{ref} is {name}:{version}, but not the image {where} records for it{how}: its content is "
+            f"{short(image_id)}, the record's {short(recorded)} (a layer or the image config changed after it "
+            "was recorded)",
+            hint,
+        )
+    return where + how
+
+
 def _resolve(client: Any, ref: str) -> str:
-    if "/" in ref:
+    from envreg.registry.refs import is_digest
+
+    if "/" in ref or is_digest(ref):  # a full reference, or an image ID
         try:
             return client.images.get(ref).id
         except docker.errors.ImageNotFound:
@@ -132,8 +169,9 @@ def _unindexed(client: Any, ref: str) -> str:
     return image.id
 
 
-def _locked(name: str, version: str) -> Any:
-    """The `envreg.lock` entry (in the working folder) for `name` (and `version`), newest first."""
+def _locked(name: str, version: str, *, exact: bool = False) -> Any:
+    """The `envreg.lock` entry (in the working folder) for `name` (and `version`; any version is the newest
+    unless `exact`)."""
     from envreg.registry.lockfile import DEFAULT_LOCKFILE, Lockfile
     from envreg.registry.refs import version_key
 
@@ -143,6 +181,6 @@ def _locked(name: str, version: str) -> Any:
     entries = [
         e
         for e in Lockfile.read(path).environments
-        if e.name == name and (not version or e.version == version)
+        if e.name == name and (e.version == version or not (version or exact))
     ]
     return max(entries, key=lambda e: version_key(e.version)) if entries else None

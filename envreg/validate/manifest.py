@@ -100,6 +100,27 @@ async def manifest_source(ctx: Context) -> Outcome:
     return verdict(problems, "the source digest covers what the image runs", "source mismatch", evidence)
 
 
+@check(
+    "manifest.image",
+    "The whole image (every layer and its config, through the image ID) is the one this host records for its "
+    "name and version: the local index, else envreg.lock.",
+)
+async def manifest_image(ctx: Context) -> Outcome:
+    from envreg.errors import EnvregError
+    from envreg.runtime.images import recorded_as
+
+    try:
+        how = recorded_as(ctx.image.id, ctx.image.labels, ctx.target.ref)
+    except EnvregError as exc:
+        return failed(str(exc))
+    if how is None:
+        return skipped(
+            f"this host records no image for {ctx.image.name}:{ctx.image.version}: only /env is verified "
+            "(record it with `envreg build`, `envreg pull` or `envreg load`)"
+        )
+    return passed(f"image {ctx.image.id[:19]} is what {how} records", [f"image ID {ctx.image.id}"])
+
+
 def tool_drift(expected: list[dict[str, Any]], served: list[dict[str, Any]], what: str) -> list[str]:
     """How the `served` tool list differs from the `expected` one, one line per tool and field."""
     problems = []
