@@ -121,6 +121,10 @@ class UpstreamConnectTimeout(UpstreamTimeout):
     """No connection to an environment server could be made in time; nothing was sent."""
 
 
+class UpstreamDropped(UpstreamError):
+    """The connection to an environment server was refused or reset: its process may have just died."""
+
+
 class EngineError(EnvregError):
     """The sandbox backend (the Docker engine, a Ray cluster) refused or failed an operation."""
 

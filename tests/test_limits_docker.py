@@ -14,6 +14,7 @@ import pytest
 from mcp_helpers import mcp_client
 
 from envreg.env import load_environment
+from envreg.errors import LimitReached
 from envreg.runtime import InvalidState, Runtime
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -81,12 +82,13 @@ async def test_megabyte_arguments_do_not_take_down_a_shared_container() -> None:
         print(f"container memory after 60 refused 3 MiB calls: {usage / 2**20:.0f} MiB")
 
 
-def _oversized_calendar_state() -> dict:
-    """A calendar state that is valid in every way but its size (about 9.5 MB, over the 8 MiB limit)."""
+def _large_calendar_state(events: int = 1800) -> dict:
+    """A calendar state of `events` more events of 5,000 characters each: valid in every way; 1800 make about
+    9.5 MB, over the 8 MiB limit."""
     env = load_environment("calendar")
     state = env.initial_state().to_json()
     first = state["id_counters"]["evt"] + 1
-    for i in range(1800):
+    for i in range(events):
         event_id = f"evt_{first + i:04d}"
         event = _event(0, "d" * 5000)
         start = datetime(2031, 1, 1, 8) + timedelta(hours=i)
@@ -96,14 +98,14 @@ def _oversized_calendar_state() -> dict:
             end=(start + timedelta(minutes=30)).isoformat(),
         )
         state["events"][event_id] = event
-    state["id_counters"]["evt"] = first + 1799
-    env.state_model.model_validate(state)  # valid, apart from the size limit
+    state["id_counters"]["evt"] = first + events - 1
+    env.state_model.model_validate(state)  # valid (at 1800 events, apart from the size limit)
     return state
 
 
 @pytest.mark.parametrize("isolation", ["local", "instance", "container"])
 async def test_an_oversized_state_is_refused_and_the_old_one_kept(isolation: str) -> None:
-    state = _oversized_calendar_state()
+    state = _large_calendar_state()
     async with Runtime() as rt:
         sb = await rt.sandbox("calendar", isolation=isolation)
         await sb.call_tool("create_event", _event(3, "kept"))
@@ -113,3 +115,31 @@ async def test_an_oversized_state_is_refused_and_the_old_one_kept(isolation: str
         assert "8,388,608 bytes" in str(info.value)
         assert await sb.state_sha256() == before
         assert not (await sb.call_tool("list_calendars", {})).is_error
+
+
+async def test_co_tenants_cannot_fill_a_shared_containers_memory() -> None:
+    """Issue 27: sandboxes each within every limit of their own (states under 8 MiB) filled a 256 MiB shared
+    container until it was OOM-killed, taking a co-tenant that made no call with it. The server admits states
+    only while all of them fit its memory budget; the rest are refused naming it, and nobody dies."""
+    state = _large_calendar_state(1150)  # about 6 MB each: five of them parse to more than 256 MiB
+    async with Runtime() as rt:
+        victim = await rt.sandbox("calendar", isolation="instance")
+        seed = await victim.state_sha256()
+        writers = [await rt.sandbox("calendar", isolation="instance") for _ in range(5)]
+        assert {w.server.id for w in writers} == {victim.server.id}, "the co-tenants share one container"
+        refused: list[str] = []
+        for writer in writers:
+            try:
+                await writer.load_state(state)
+            except LimitReached as exc:
+                refused.append(str(exc))
+                assert await writer.state_sha256() == seed, "a refused state left the old one in place"
+        assert 0 < len(refused) < len(writers), refused
+        for text in refused:
+            assert "state budget of" in text and "MiB" in text and "memory" in text, text
+        container = docker.from_env().containers.get(victim.server.id)
+        assert container.status == "running" and not container.attrs["State"]["OOMKilled"]
+        assert await victim.state_sha256() == seed
+        assert not (await victim.call_tool("list_calendars", {})).is_error
+        states = (await victim.server.client.healthz())["states"]
+        assert 0 < states["bytes"] <= states["budget"] < 16 * 2**20

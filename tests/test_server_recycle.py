@@ -112,6 +112,8 @@ def test_a_recycled_server_keeps_nothing_of_the_last_sandbox(server: EnvServerPr
 
     after = health(server)
     assert after.pop("sessions")["open"] == 0, "an MCP session of the last sandbox is still open"
+    states = after.pop("states")
+    assert 0 < states["bytes"] < 1024 and states["budget"] > 0, "only the seed's state is held"
     assert after == {
         "status": "ok",
         "env": "leaky",

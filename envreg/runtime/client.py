@@ -12,11 +12,13 @@ from envreg.env import ToolResult
 from envreg.env.augment import Augmentation
 from envreg.errors import (
     InvalidState,
+    LimitReached,
     SandboxGone,
     SnapshotNotFound,
     TooLarge,
     UnknownToolError,
     UpstreamConnectTimeout,
+    UpstreamDropped,
     UpstreamError,
     UpstreamTimeout,
 )
@@ -87,7 +89,7 @@ class EnvClient:
             error = UpstreamConnectTimeout if connect else UpstreamTimeout
             raise error(f"the environment server gave no answer in {waited} ({exc!r})") from None
         except httpx2.TransportError as exc:  # refused, reset
-            raise UpstreamError(f"the environment server did not answer: {exc!r}") from None
+            raise UpstreamDropped(f"the environment server did not answer: {exc!r}") from None
 
     async def rpc(
         self, instance_id: str, method: str, params: dict[str, Any], name: str | None = None
@@ -151,6 +153,8 @@ class EnvClient:
             raise SandboxGone(_ended(response))
         if response.status_code == 413:
             raise TooLarge(response.json().get("error", "request body too large"))
+        if response.status_code == 429:  # its instances or their states' memory budget: full
+            raise LimitReached(response.json().get("error", "the environment server is full"))
         if response.status_code not in expect:
             raise UpstreamError(f"{method} {path}: HTTP {response.status_code}: {response.text[:300]}")
         return response.json() if response.content else None

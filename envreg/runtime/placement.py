@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import anyio
 
+from envreg.errors import LimitReached
 from envreg.protocol import DEFAULT_INSTANCE
 from envreg.runtime.backends.base import Backend, EnvSpec, Server
 
@@ -93,12 +94,16 @@ class Placement:
             server.instances.add(DEFAULT_INSTANCE)
             return server, DEFAULT_INSTANCE
         async with self._shared_lock:
-            server = next(
-                (s for s in self.shared[spec.key] if len(s.instances) < self.instances_per_server), None
-            )
-            if server is None:
-                server = await self.backend.start(spec, dedicated=False)
-                self.shared[spec.key].append(server)
+            for server in [s for s in self.shared[spec.key] if len(s.instances) < self.instances_per_server]:
+                try:  # a server whose states fill its memory budget refuses: place it elsewhere
+                    instance_id = await server.client.create_instance()
+                except LimitReached as exc:
+                    logger.info("%s: %s; trying another server", spec.name, exc)
+                    continue
+                server.instances.add(instance_id)
+                return server, instance_id
+            server = await self.backend.start(spec, dedicated=False)
+            self.shared[spec.key].append(server)
             instance_id = await server.client.create_instance()
             server.instances.add(instance_id)
         return server, instance_id

@@ -11,13 +11,14 @@ import anyio
 
 from envreg.env import ToolResult
 from envreg.env.augment import Augmentation
-from envreg.errors import SandboxGone, UpstreamConnectTimeout, UpstreamError
+from envreg.errors import SandboxGone, UpstreamConnectTimeout, UpstreamDropped, UpstreamError
 from envreg.protocol import agent_path
 from envreg.runtime.backends.base import Server, Upstream
 from envreg.runtime.snapshots import Snapshot, SnapshotStore
 
 T = TypeVar("T")
 CONNECT_ATTEMPTS = 3  # a connection that timed out is made again while the server still runs
+DEATH_SETTLE = (0.1, 0.4, 1.0)  # seconds between looks at a server whose connection dropped
 
 
 async def restore_on(server: Server, instance_id: str, snap: Snapshot) -> None:
@@ -120,12 +121,25 @@ class Sandbox:
                         f"sandbox {self.id} has ended ({self.ended}) while this call was in flight: {exc}"
                     ) from None
                 status = await self._server_status(self.server)
+                if status == "running" and isinstance(exc, UpstreamDropped):
+                    status = await self._settled_status()  # a dropped connection: was it the process dying?
                 if status != "running":
                     await self.close(f"its {self._server_noun} is {status}")
                     raise SandboxGone(f"sandbox {self.id} has ended: {self.ended}") from None
                 if not isinstance(exc, UpstreamConnectTimeout) or attempt == CONNECT_ATTEMPTS:
                     raise exc from None
         raise AssertionError("unreachable")
+
+    async def _settled_status(self) -> str:
+        """The server's status once the engine caught up with a process that may have just died (an OOM
+        kill shows as a reset connection some milliseconds before the container counts as exited)."""
+        status = "running"
+        for pause in DEATH_SETTLE:
+            await anyio.sleep(pause)
+            status = await self._server_status(self.server)
+            if status != "running":
+                break
+        return status
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """The environment's tools in MCP wire form."""

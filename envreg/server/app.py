@@ -22,9 +22,9 @@ from envreg.protocol import (
 from envreg.server.agent import AgentPlane
 from envreg.server.control import control_app
 from envreg.server.http import KeepAlive
-from envreg.server.instances import InstanceStore
+from envreg.server.instances import InstanceStore, state_budget
 from envreg.server.recycle import Lease, LeaseGuard, end_for_recycle
-from envreg.server.sessions import SessionLimits
+from envreg.server.sessions import SessionLimits, memory_limit
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 AGENT_BODY = 4 * 1024 * 1024
@@ -41,6 +41,8 @@ class ServerConfig:
     max_instances: int = 4096
     max_body: int | None = None  # None: from the environment's limits (`body_limits`)
     snapshot_budget: int = 32 * 1024 * 1024
+    state_budget: int | None = None
+    """Bytes of compact JSON all instances' states may hold together (None: `state_budget` of the memory limit)."""
     fast_path: bool = True
     preload_sdk: bool = False
     agent_token: str | None = None
@@ -104,7 +106,14 @@ class EnvServer:
     @classmethod
     def build(cls, config: ServerConfig, env: Environment | None = None) -> EnvServer:
         env = env or load_environment(config.env)
-        store = InstanceStore(env, config.max_instances, snapshot_budget=config.snapshot_budget)
+        store = InstanceStore(
+            env,
+            config.max_instances,
+            snapshot_budget=config.snapshot_budget,
+            state_budget=config.state_budget
+            if config.state_budget is not None
+            else state_budget(memory_limit()),
+        )
         loopback = config.host in LOOPBACK
         agent_body, control_body = body_limits(env, config.max_body)
         agent = AgentPlane(

@@ -202,6 +202,7 @@ def control_app(
                 "version": env.version,
                 "instances": len(store),
                 "generation": generation,
+                "states": {"bytes": store.state_bytes, "budget": store.state_budget},
                 **({"sessions": sessions()} if sessions is not None else {}),
             }
         )
@@ -278,9 +279,11 @@ def control_app(
             return error(400, "body must be the state as a JSON object")
         replaced = instance.state
         try:
-            instance.load_state(data)
+            store.load_state(request.params["instance_id"], data)
         except ValidationError as exc:
             return validation_error(exc)
+        except InstanceLimitReached as exc:
+            return error(429, str(exc))
         return state_response(instance, replaced=replaced)
 
     @route("/instances/{instance_id}/reset", "POST")
@@ -344,7 +347,10 @@ def control_app(
         if state is None:
             return missing_snapshot(data["snapshot"])
         replaced = instance.state
-        instance.load_state(state)
+        try:
+            store.load_state(request.params["instance_id"], state)
+        except InstanceLimitReached as exc:
+            return error(429, str(exc))
         return Response.json({"sha256": data["snapshot"]}, replaced=replaced)
 
     @route("/snapshots/{sha}", "GET")

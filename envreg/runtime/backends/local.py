@@ -63,9 +63,9 @@ class InProcessClient:
         return self._instance(instance_id).state.sha256()
 
     async def put_state(self, instance_id: str, state: dict[str, Any]) -> None:
-        instance = self._instance(instance_id)
+        self._instance(instance_id)
         try:
-            instance.load_state(state)
+            self.store.load_state(instance_id, state)
         except ValidationError as exc:
             raise invalid_state(exc) from None
 
@@ -92,11 +92,11 @@ class InProcessClient:
         return state.canonical().encode()
 
     async def restore(self, instance_id: str, sha256: str) -> bool:
-        instance = self._instance(instance_id)
+        self._instance(instance_id)
         state = self.store.snapshots.get(sha256)
         if state is None:
             return False
-        instance.load_state(state)
+        self.store.load_state(instance_id, state)
         return True
 
     async def upload_snapshot(self, snapshot: Snapshot) -> None:
