@@ -47,6 +47,7 @@ def bfcl_entries(categories: tuple[str, ...] | None = None) -> list:
     return out
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests parametrized by an environment `name` that use `env_server` share one worker per environment
     (`--dist loadgroup`): each worker would otherwise start a server of every catalog environment."""
@@ -54,6 +55,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         callspec = getattr(item, "callspec", None)
         if callspec and "name" in callspec.params and "env_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group(f"env-server-{callspec.params['name']}"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse to run when `--dist loadgroup` would not keep a group on one worker (pytest-xdist marks a
+    grouped test by an `@group` suffix of its node id; pytest 9.2 drops it, and nothing else would say so)."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    ungrouped = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if ungrouped:
+        raise RuntimeError(
+            f"--dist loadgroup does not group here ({ungrouped[0]} has no @group suffix): this pytest and "
+            "pytest-xdist do not work together (pytest-dev/pytest-xdist#1386); install the locked versions "
+            "(scripts/bootstrap)"
+        )
 
 
 @pytest.fixture(scope="session")

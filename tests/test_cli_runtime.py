@@ -19,6 +19,8 @@ from daemon_helpers import DaemonProcess
 from mcp_helpers import mcp_client
 
 pytestmark = pytest.mark.docker
+# `envreg gc --grace 0` removes every ended runtime's leftovers, another test's included: one worker runs them
+gc_group = pytest.mark.xdist_group("gc")
 
 
 def envreg(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -95,6 +97,7 @@ def keeper_stopped(label: str) -> bool:
     return out.stdout.strip() in ("exited", "")
 
 
+@gc_group
 def test_gc_removes_what_a_killed_runtime_left(tmp_path: Path) -> None:
     proc, label = start_runtime(tmp_path)
     proc.send_signal(signal.SIGKILL)
@@ -106,8 +109,12 @@ def test_gc_removes_what_a_killed_runtime_left(tmp_path: Path) -> None:
     while not keeper_stopped(label) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert keeper_stopped(label), "the keeper outlived its runtime's connection"
-    within_grace = envreg(tmp_path, "gc")  # gone for less than the grace period: left alone
-    assert within_grace.returncode == 0 and label.split("=")[1] not in within_grace.stdout
+    within_grace = envreg(tmp_path, "gc")  # gone for less than the grace period: left alone, and said so
+    runtime = label.split("=")[1]
+    assert within_grace.returncode == 0, within_grace.stderr
+    assert f"kept 5 container(s) and 1 network(s) of runtime {runtime}" in within_grace.stdout
+    assert "gc removes them from" in within_grace.stdout and "--grace 0" in within_grace.stdout
+    assert "nothing to remove" not in within_grace.stdout
     assert len(docker_ids("container", label)) == 5
     result = envreg(tmp_path, "gc", "--grace", "0")
     assert result.returncode == 0, result.stderr
@@ -118,6 +125,7 @@ def test_gc_removes_what_a_killed_runtime_left(tmp_path: Path) -> None:
     assert again.returncode == 0 and label.split("=")[1] not in again.stdout
 
 
+@gc_group
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
 def test_gc_leaves_a_live_runtime_in_another_pid_namespace_alone(tmp_path: Path) -> None:
     """A runtime in another container or host is invisible in this host's process table: its keeper
@@ -134,6 +142,92 @@ def test_gc_leaves_a_live_runtime_in_another_pid_namespace_alone(tmp_path: Path)
         time.sleep(0.1)
     assert envreg(tmp_path, "gc", "--grace", "0").returncode == 0
     assert docker_ids("container", label) == [] and docker_ids("network", label) == []
+
+
+def keeper_of(label: str) -> str:
+    out = subprocess.run(
+        ["docker", "ps", "-a", "-q", "--filter", f"label={label}", "--filter", "label=io.envreg.keeper"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+@gc_group
+def test_gc_counts_a_paused_keeper_as_alive(tmp_path: Path) -> None:
+    proc, label = start_runtime(tmp_path)
+    keeper = keeper_of(label)
+    try:
+        subprocess.run(["docker", "pause", keeper], check=True, capture_output=True)
+        result = envreg(tmp_path, "gc", "--grace", "0")
+        assert result.returncode == 0, result.stderr
+        assert len(docker_ids("container", label)) == 5, "gc removed a live runtime's sandboxes"
+        assert len(docker_ids("network", label)) == 1
+    finally:
+        subprocess.run(["docker", "unpause", keeper], capture_output=True)
+        proc.kill()
+        proc.wait()
+    envreg(tmp_path, "gc", "--grace", "0")
+
+
+@gc_group
+def test_a_runtime_starts_its_keeper_again_when_it_dies(tmp_path: Path) -> None:
+    proc, label = start_runtime(tmp_path)
+    try:
+        first = keeper_of(label)
+        subprocess.run(["docker", "kill", first], check=True, capture_output=True)
+        deadline = time.monotonic() + 20
+        while (keeper_of(label) in ("", first) or keeper_stopped(label)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert keeper_of(label) not in ("", first) and not keeper_stopped(label), "no new keeper runs"
+        result = envreg(tmp_path, "gc", "--grace", "0")
+        assert result.returncode == 0, result.stderr
+        assert len(docker_ids("container", label)) == 5, "gc removed a live runtime's sandboxes"
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while not keeper_stopped(label) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert envreg(tmp_path, "gc", "--grace", "0").returncode == 0
+    assert docker_ids("container", label) == [] and docker_ids("network", label) == []
+
+
+@gc_group
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("iptables"), reason="needs root and iptables")
+def test_gc_removes_a_network_that_still_has_endpoints_and_a_rule_without_its_network(tmp_path: Path) -> None:
+    proc, label = start_runtime(tmp_path)
+    proc.kill()
+    proc.wait()
+    network = docker_ids("network", label)[0]
+    name = subprocess.run(
+        ["docker", "network", "inspect", "-f", "{{.Name}}", network],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # something else holds the dead runtime's network: the engine refuses to remove it while it is attached
+    squatter = subprocess.run(
+        ["docker", "create", "--network", name, "--label", "envreg-test-squatter=1",
+         "--entrypoint", "sleep", "envreg/base:latest", "600"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    # and the firewall rule of a network that is already gone
+    orphan = "envreg-rt_0rphan" + os.urandom(3).hex()
+    rule = ["INPUT", "-i", "er-orphan", "-m", "comment", "--comment", orphan, "-j", "REJECT"]
+    subprocess.run(["iptables", "-w", "-I", *rule], check=True)
+    try:
+        subprocess.run(["docker", "start", squatter], check=True, capture_output=True)
+        result = envreg(tmp_path, "gc", "--grace", "0")
+        assert result.returncode == 0, result.stderr
+        assert f"removed network {name}" in result.stdout
+        assert docker_ids("network", label) == []
+        rules = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True).stdout
+        assert name not in rules and orphan not in rules
+    finally:
+        subprocess.run(["docker", "rm", "-f", squatter], capture_output=True)
+        subprocess.run(["iptables", "-w", "-D", *rule], capture_output=True)
 
 
 @pytest.fixture

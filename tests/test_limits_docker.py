@@ -143,3 +143,27 @@ async def test_co_tenants_cannot_fill_a_shared_containers_memory() -> None:
         assert not (await victim.call_tool("list_calendars", {})).is_error
         states = (await victim.server.client.healthz())["states"]
         assert 0 < states["bytes"] <= states["budget"] < 16 * 2**20
+
+
+async def test_an_oom_kill_is_named_in_every_error_it_causes() -> None:
+    """A container that dies of an OOM kill says so in the errors of its sandbox's calls. The kill is made for
+    real: the server's processes are made the kernel's first choice (`oom_score_adj`, which needs no
+    privilege to raise) and a process in the container allocates past its memory limit."""
+    import subprocess
+
+    from envreg.errors import SandboxGone
+
+    from envreg.runtime.backends.docker import Limits
+
+    async with Runtime(limits=Limits(memory="128m")) as rt:
+        sb = await rt.sandbox("calendar", isolation="container")
+        first = "for p in /proc/[0-9]*; do echo 1000 > $p/oom_score_adj; done 2>/dev/null; true"
+        hog = "echo -1000 > /proc/self/oom_score_adj 2>/dev/null; python3 -c 'b = bytearray(300 << 20)'"
+        for script in (first, hog):
+            subprocess.run(["docker", "exec", sb.server.id, "sh", "-c", script], capture_output=True, timeout=60)
+        state = docker.from_env().containers.get(sb.server.id).attrs["State"]
+        assert state["OOMKilled"] and not state["Running"], state
+        with pytest.raises(SandboxGone, match="OOM-killed: it reached its memory limit"):
+            await sb.call_tool("list_calendars", {})
+        with pytest.raises(SandboxGone, match="OOM-killed"):
+            await sb.state_sha256()

@@ -47,9 +47,14 @@ async def recycle(http: httpx2.AsyncClient, server: EnvServerProcess) -> int:
     response = await http.post(f"{server.control_url}/recycle", headers=server.auth)
     assert response.status_code == 202, response.text
     ending = response.json()["generation"]
-    while (fresh := await generation(http, server)) == ending:
+    while True:
+        try:  # as the runtime does: a connection the ending process drops means "not yet"
+            fresh = await generation(http, server)
+        except httpx2.TransportError:
+            fresh = ending
+        if fresh != ending:
+            return fresh
         await anyio.sleep(0.005)
-    return fresh
 
 
 async def increment_through(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import os
 import signal
@@ -12,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from envreg.cli.output import JsonOpt, QuietOpt, err, fail, print_json
@@ -555,19 +558,34 @@ def gc(
     client = docker_client()
     if everything and not dry_run:
         err.print("[yellow]warning:[/] --all removes the containers of live runtimes and daemons too")
-    containers, networks = collect_garbage(client, everything=everything, grace=grace, dry_run=dry_run)
+    garbage = collect_garbage(client, everything=everything, grace=grace, dry_run=dry_run)
     if as_json:
-        print_json({"containers": containers, "networks": networks, "dry_run": dry_run})
-        return
-    verb = "would remove" if dry_run else "removed"
-    for name in containers:
-        print(f"{verb} container {name}")
-    for name in networks:
-        print(f"{verb} network {name}")
-    if not containers and not networks:
-        print("nothing to remove")
+        print_json({**dataclasses.asdict(garbage), "dry_run": dry_run})
     else:
-        err.print(f"{verb} {len(containers)} container(s) and {len(networks)} network(s)")
+        verb = "would remove" if dry_run else "removed"
+        for name in garbage.containers:
+            print(f"{verb} container {name}")
+        for name in garbage.networks:
+            print(f"{verb} network {name}")
+        for name in garbage.rules:
+            print(f"removed the firewall rule of network {name} (the network was already gone)")
+        for k in garbage.kept:
+            when = dt.datetime.fromtimestamp(k.until, dt.UTC).strftime("%H:%M:%S UTC")
+            print(
+                f"kept {k.containers} container(s) and {k.networks} network(s) of runtime {k.runtime}: it ended "
+                f"less than {grace:g} s ago; gc removes them from {when} (`envreg gc --grace 0`: now)"
+            )
+        if not (garbage.containers or garbage.networks or garbage.rules or garbage.kept or garbage.stuck):
+            print("nothing to remove")
+        elif garbage.containers or garbage.networks:
+            err.print(f"{verb} {len(garbage.containers)} container(s) and {len(garbage.networks)} network(s)")
+    for line in garbage.stuck:
+        err.print(f"[yellow]warning:[/] {escape(line)}")
+    if garbage.failed:
+        raise fail(
+            "could not remove " + "; ".join(garbage.failed),
+            "see `docker network inspect NAME` for what holds it, then run `envreg gc` again",
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -120,9 +120,9 @@ class InstanceStore:
         if total <= self.state_budget:
             return None
         return (
-            f"this server's sandboxes share its memory, and their states together would take {_mib(total)} "
-            f"(this one {_mib(size)}), over its state budget of {_mib(self.state_budget)} (sized to its "
-            "memory limit)"
+            f"the states this server holds would take {_mib(total)} together (this one {_mib(size)}), over "
+            f"its state budget of {_mib(self.state_budget)} (sized to its memory limit, which the sandboxes "
+            "of a shared server share)"
         )
 
     def _account(self, instance_id: str) -> None:

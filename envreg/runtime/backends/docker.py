@@ -11,6 +11,7 @@ runtime is gone.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import secrets
 import threading
@@ -40,12 +41,14 @@ from envreg.protocol import (
 )
 from envreg.runtime.backends.base import Backend, EnvSpec, Server
 from envreg.runtime.backends.docker_keeper import Keeper
-from envreg.runtime.backends.docker_network import create_network, remove_network
+from envreg.runtime.backends.docker_network import PhantomEndpoint, create_network, remove_network
 from envreg.runtime.client import EnvClient
 from envreg.runtime.images import environment_labels, resolve_image
 
 READY_TIMEOUT = 120.0
+logger = logging.getLogger("envreg.runtime")
 CONCURRENT_STARTS = 8  # more only thrash the CPUs
+CONCURRENT_REMOVALS = 4  # fifty at once is where Docker 20.10 leaks network endpoints
 _NAME = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REFERENCE = re.compile(
     rf"^(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_NAME}(?:/{_NAME})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
@@ -98,28 +101,35 @@ class DockerBackend(Backend):
         self.network: Any = None
         self.keeper: Keeper | None = None
         self.started_names: set[str] = set()  # every container this runtime started, by name
+        self._removals: dict[
+            str, threading.Event
+        ] = {}  # container id -> set once its removal (in flight) is done
+        self._removals_lock = threading.Lock()
+        self._removal_slots = threading.BoundedSemaphore(CONCURRENT_REMOVALS)
         self._setup_lock = anyio.Lock()
         self._starts = anyio.Semaphore(CONCURRENT_STARTS)
         self._events: Any = None
-        self._on_death: Callable[[str], None] | None = None
+        self._on_death: Callable[[str, str], None] | None = None
 
     async def _ready(self) -> None:
         async with self._setup_lock:
             if self.client is None:
                 self.client = await anyio.to_thread.run_sync(docker_client)
-                self.network = await anyio.to_thread.run_sync(
-                    create_network, self.client, self.network_name, "er-" + self.runtime_id[-12:], self.labels
-                )
                 if self._on_death is not None:
                     self._pump_events(self._on_death)
 
     async def _ensure_keeper(self, image: str) -> None:
+        """The keeper, then the network: the runtime counts as alive (`envreg gc`) before it owns anything."""
         async with self._setup_lock:
             if self.keeper is None:
                 with engine_errors("starting the runtime's keeper"):
                     self.keeper = await anyio.to_thread.run_sync(
                         Keeper, self.client, self.runtime_id, image, self.labels
                     )
+            if self.network is None:
+                self.network = await anyio.to_thread.run_sync(
+                    create_network, self.client, self.network_name, "er-" + self.runtime_id[-12:], self.labels
+                )
 
     # resolve ----------------------------------------------------------------------------------
     async def resolve(self, ref: Any) -> EnvSpec:
@@ -253,19 +263,34 @@ class DockerBackend(Backend):
     async def stop(self, server: Server) -> None:
         await anyio.to_thread.run_sync(self._remove, server.handle)
 
-    @staticmethod
-    def _remove(container: Any) -> None:
+    def _remove(self, container: Any) -> None:
+        """Remove a container, once: a second caller waits for the first removal instead of racing it (two
+        removals of one container at once, or many of one network's, can leave Docker 20.10 an endpoint no
+        container owns, which then keeps the network from being removed)."""
         import docker.errors
 
+        with self._removals_lock:
+            done = self._removals.get(container.id)
+            first = done is None
+            if done is None:
+                done = self._removals[container.id] = threading.Event()
+        if not first:
+            done.wait(60)
+            return
         try:
-            container.remove(force=True)
+            with self._removal_slots:
+                container.remove(force=True)
         except docker.errors.NotFound:
             pass
         except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # removal already in progress
+            if exc.status_code != 409:  # removal already in progress (by another client)
                 raise EngineError(
                     f"removing container {container.short_id}: {exc.explanation or exc}"
                 ) from None
+        finally:
+            done.set()
+            with self._removals_lock:
+                self._removals.pop(container.id, None)
 
     async def status(self, server: Server) -> str:
         return await anyio.to_thread.run_sync(self._status, server.handle)
@@ -282,14 +307,22 @@ class DockerBackend(Backend):
         state = container.attrs["State"]
         if state.get("Running"):
             return "running"
-        oom = ", OOM-killed" if state.get("OOMKilled") else ""
+        oom = ", OOM-killed: it reached its memory limit" if state.get("OOMKilled") else ""
         return f"{state.get('Status', 'exited')} (exit code {state.get('ExitCode')}{oom})"
 
-    def watch(self, on_death: Callable[[str], None]) -> None:
+    def _status_by_id(self, container_id: str) -> str:
+        import docker.errors
+
+        try:
+            return self._status(self.client.containers.get(container_id))
+        except docker.errors.NotFound:
+            return "removed"
+
+    def watch(self, on_death: Callable[[str, str], None]) -> None:
         """Report this runtime's containers that die, from the engine's event stream."""
         self._on_death = on_death
 
-    def _pump_events(self, on_death: Callable[[str], None]) -> None:
+    def _pump_events(self, on_death: Callable[[str, str], None]) -> None:
         events = self.client.events(
             decode=True,
             filters={"type": "container", "event": "die", "label": f"{RUNTIME_LABEL}={self.runtime_id}"},
@@ -300,7 +333,8 @@ class DockerBackend(Backend):
         def pump() -> None:
             try:
                 for event in events:
-                    anyio.from_thread.run_sync(on_death, event.get("id", ""), token=token)
+                    reason = f"its {self.server_noun} is {self._status_by_id(event.get('id', ''))}"
+                    anyio.from_thread.run_sync(on_death, event.get("id", ""), reason, token=token)
             except Exception:  # the stream is closed at shutdown
                 pass
 
@@ -315,48 +349,25 @@ class DockerBackend(Backend):
         await anyio.to_thread.run_sync(self._close)
 
     def _close(self) -> None:
-        import docker.errors
 
         if self.keeper is not None:
             self.keeper.close()
-        # a start still running in a worker thread can attach a container after the listing: sweep again;
-        # the engine can be slow to drop the endpoints of fifty containers removed at once (Docker 20.10)
-        deadline = time.monotonic() + 60
-        while True:
-            for container in self.client.containers.list(
+        client = self.client
+
+        def sweep() -> None:
+            """Remove what is left: a start still running in a worker thread can attach one after a listing."""
+            for container in client.containers.list(
                 all=True, filters={"label": f"{RUNTIME_LABEL}={self.runtime_id}"}
             ):
-                with contextlib.suppress(docker.errors.NotFound):
-                    container.remove(force=True)
-            try:
-                remove_network(self.network)
-                break
-            except docker.errors.NotFound:
-                break
-            except docker.errors.APIError as exc:  # "has active endpoints"
-                left = self._force_endpoints_out(self.network)
-                if time.monotonic() > deadline:
-                    raise EngineError(
-                        f"could not remove network {self.network.name}: endpoints still on it: "
-                        f"{', '.join(left) or '(none listed)'} ({exc.explanation})",
-                        "run `envreg gc`: it removes the network and its firewall rule",
-                    ) from exc
-                time.sleep(0.5)
+                with contextlib.suppress(EngineError):
+                    self._remove(container)
+
+        try:
+            if self.network is not None:
+                remove_network(self.network, self.started_names, sweep=sweep)
+            else:
+                sweep()
+        except PhantomEndpoint as exc:  # it holds nothing: say so, and leave it to the engine's restart
+            logger.warning("%s (%s)", exc, exc.hint)
         self.client.close()
         self.client = None
-
-    def _force_endpoints_out(self, network: Any) -> list[str]:
-        """Force out the endpoints still on `network`, those it lists and one per container this runtime
-        started (a removal that raced with others can leave an endpoint behind that no container owns, and
-        Docker 20.10 deletes it only when asked by its name, the container's); returns the names listed."""
-        import docker.errors
-
-        with contextlib.suppress(docker.errors.APIError):
-            network.reload()
-        listed = sorted(
-            n for info in (network.attrs.get("Containers") or {}).values() if (n := info.get("Name"))
-        )
-        for name in sorted(set(listed) | self.started_names):
-            with contextlib.suppress(docker.errors.APIError):
-                network.disconnect(name, force=True)
-        return listed

@@ -8,7 +8,8 @@ This works wherever the runtime runs (another container, another host on a TCP e
 read from the engine, never from this host's process table.
 
 `collect_garbage` removes the containers and networks of runtimes whose keeper has been gone for a
-grace period (default 30 s), and anything past its hard expiry.
+grace period (default 30 s), anything past its hard expiry, and firewall rules left without their network;
+it says what it keeps (and until when) and what it could not remove (and why).
 """
 
 from __future__ import annotations
@@ -16,27 +17,46 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from envreg.errors import EngineError
 from envreg.protocol import DEFAULT_GRACE, EXPIRES_LABEL, KEEPER_LABEL, MANAGED_LABEL, RUNTIME_LABEL
 
 logger = logging.getLogger("envreg.runtime")
 KEEPER_COMMAND = ["python3", "-c", "import sys; sys.stdin.buffer.read()"]
+WAIT_POLL = 300  # seconds one wait call on the keeper is held open before it is made again
 
 
 class Keeper:
-    """The keeper container of one runtime and the attach connection that keeps it alive."""
+    """The keeper container of one runtime and the attach connection that keeps it alive.
+
+    A watcher thread waits on the keeper's exit: when it dies while the runtime lives (killed, OOM), it starts
+    another under the same name, well within `envreg gc`'s grace."""
 
     def __init__(self, client: Any, runtime_id: str, image: str, labels: dict[str, str]) -> None:
-        self.container = client.containers.create(
-            image,
+        self.client, self.runtime_id, self.image, self.labels = client, runtime_id, image, labels
+        self.name = f"envreg-keeper-{runtime_id.removeprefix('rt_')}"
+        self.restarts = 0
+        self._closed = threading.Event()
+        self._lock = threading.Lock()  # a restart and close never interleave
+        self._start()
+        threading.Thread(target=self._watch, name=f"envreg-keeper-{runtime_id}", daemon=True).start()
+
+    def _start(self) -> None:
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.NotFound):
+            self.client.api.remove_container(self.name, force=True)  # a dead predecessor
+        self.container = self.client.containers.create(
+            self.image,
             entrypoint=KEEPER_COMMAND,
             command=[],
-            name=f"envreg-keeper-{runtime_id.removeprefix('rt_')}",
-            labels={**labels, KEEPER_LABEL: runtime_id},
+            name=self.name,
+            labels={**self.labels, KEEPER_LABEL: self.runtime_id},
             stdin_open=True,
             detach=False,  # with stdin_open: StdinOnce, the engine closes stdin when our attach ends
             network_mode="none",
@@ -48,17 +68,51 @@ class Keeper:
             mem_limit="32m",
         )
         # attach before start: with StdinOnce the engine closes stdin when this connection closes
-        self.socket = client.api.attach_socket(self.container.id, params={"stdin": 1, "stream": 1})
+        self.socket = self.client.api.attach_socket(self.container.id, params={"stdin": 1, "stream": 1})
         self.container.start()
 
+    def _raw(self) -> socket.socket:
+        return getattr(self.socket, "_sock", self.socket)  # the SDK hands out a SocketIO over the real socket
+
+    def _watch(self) -> None:
+        """Wait on the keeper's exit (the engine's wait call, held open): start another, unless closing."""
+        while not self._closed.is_set():
+            try:
+                self.container.wait(timeout=WAIT_POLL)
+            except Exception:  # the wait timed out (it still runs), or the engine is away: look again
+                if self._closed.wait(0.5):
+                    return
+                with contextlib.suppress(Exception):
+                    self.container.reload()
+                    if self.container.status in ALIVE_STATES:
+                        continue
+            if self._closed.is_set():
+                return
+            logger.warning(
+                "the keeper of runtime %s stopped while the runtime runs: starting another", self.runtime_id
+            )
+            with contextlib.suppress(OSError):
+                self._raw().close()
+            try:
+                with self._lock:
+                    if self._closed.is_set():
+                        return
+                    self._start()
+                self.restarts += 1
+            except Exception as exc:  # the engine is gone or refuses: try again shortly
+                logger.warning("could not restart the keeper of runtime %s: %s", self.runtime_id, exc)
+                self._closed.wait(1.0)
+
     def close(self) -> None:
-        raw = getattr(self.socket, "_sock", self.socket)  # the SDK hands out a SocketIO over the real socket
-        with contextlib.suppress(OSError):
-            raw.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            raw.close()
-        with contextlib.suppress(Exception):
-            self.container.remove(force=True)
+        self._closed.set()
+        with self._lock:
+            raw = self._raw()
+            with contextlib.suppress(OSError):
+                raw.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                raw.close()
+            with contextlib.suppress(Exception):
+                self.container.remove(force=True)
 
 
 def _epoch(text: str) -> float:
@@ -67,6 +121,9 @@ def _epoch(text: str) -> float:
         return 0.0
     head, _, frac = text.rstrip("Z").partition(".")
     return datetime.fromisoformat(head + "+00:00").timestamp() + float(f"0.{frac or 0}")
+
+
+ALIVE_STATES = ("running", "paused", "restarting")  # a paused keeper's runtime still holds its connection
 
 
 @dataclass
@@ -82,60 +139,105 @@ class Liveness:
         gone_since: dict[str, float] = {}
         for keeper in client.containers.list(all=True, filters={"label": KEEPER_LABEL}):
             runtime = keeper.labels.get(KEEPER_LABEL, "")
-            if keeper.status == "running":
+            if keeper.status in ALIVE_STATES:
                 alive.add(runtime)
-            else:
-                finished = _epoch(keeper.attrs.get("State", {}).get("FinishedAt", ""))
-                gone_since[runtime] = max(gone_since.get(runtime, 0.0), finished)
+                continue
+            # exited or dead: since it finished; created, never started (a runtime starting it): since then
+            state = keeper.attrs.get("State", {})
+            last = _epoch(state.get("FinishedAt", "")) or _epoch(keeper.attrs.get("Created", ""))
+            gone_since[runtime] = max(gone_since.get(runtime, 0.0), last)
         return cls(alive, gone_since)
 
-    def owned(self, runtime: str, created: float, now: float, grace: float) -> bool:
-        """Whether a resource of `runtime` (created at `created`) still has an owner, or may have one soon."""
+    def owned_until(self, runtime: str, created: float, grace: float) -> float:
+        """Until when a resource of `runtime` (created at `created`) counts as owned: forever while its
+        runtime lives, else `grace` seconds after the runtime's last sign of life (its keeper's end, or the
+        resource's creation when it has no keeper)."""
         if runtime in self.alive:
-            return True
-        last_sign = self.gone_since.get(runtime, created)  # no keeper at all: its creation is the last sign
-        return now - last_sign < grace
+            return float("inf")
+        return self.gone_since.get(runtime, created) + grace
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What `collect_garbage` left to a runtime that ended less than the grace period ago."""
+
+    runtime: str
+    containers: int
+    networks: int
+    until: float  # epoch seconds: from then on, gc removes them
+
+
+@dataclass
+class Garbage:
+    """What one `collect_garbage` pass removed (or, dry, would remove), kept, and could not remove."""
+
+    containers: list[str] = field(default_factory=list)
+    networks: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)  # firewall rules whose network was already gone
+    kept: list[Kept] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # one line each: what, and why not
+    stuck: list[str] = field(default_factory=list)  # networks only an engine restart can remove, and why
 
 
 def collect_garbage(
     client: Any, *, everything: bool = False, grace: float = DEFAULT_GRACE, dry_run: bool = False
-) -> tuple[list[str], list[str]]:
+) -> Garbage:
     """Remove the envreg containers and networks nobody owns: their runtime's keeper has been gone for
-    `grace` seconds, or their hard expiry passed. `everything` removes all of them, live runtimes'
-    included. Returns the names removed (containers, networks); with `dry_run`, the names it would remove,
-    removing nothing."""
+    `grace` seconds, or their hard expiry passed (`everything`: all of them, live runtimes' included), and
+    the firewall rules of sandbox networks that no longer exist. With `dry_run`, list what it would
+    remove, removing nothing."""
     import docker.errors
+
+    from envreg.runtime.backends.docker_network import PhantomEndpoint, remove_network, remove_orphan_rules
 
     now = time.time()
     liveness = Liveness.read(client)
-    removed_containers: list[str] = []
-    removed_networks: list[str] = []
+    garbage = Garbage()
+    kept: dict[str, list[float]] = {}  # runtime -> [containers, networks, until]
+    held: dict[str, set[str]] = {}  # runtime -> the names of its containers (to force their endpoints out)
     for container in client.containers.list(all=True, filters={"label": f"{MANAGED_LABEL}=true"}):
         labels = container.labels
         runtime = labels.get(RUNTIME_LABEL, "")
-        created = _epoch(container.attrs.get("Created", ""))
-        expired = float(labels.get(EXPIRES_LABEL, "0") or 0) < now and EXPIRES_LABEL in labels
-        if everything or expired or not liveness.owned(runtime, created, now, grace):
-            if dry_run:
-                removed_containers.append(container.name)
-                continue
-            with contextlib.suppress(docker.errors.NotFound):
+        held.setdefault(runtime, set()).add(container.name)
+        expired = EXPIRES_LABEL in labels and float(labels[EXPIRES_LABEL] or 0) < now
+        until = liveness.owned_until(runtime, _epoch(container.attrs.get("Created", "")), grace)
+        if not (everything or expired or until <= now):
+            if until != float("inf"):
+                entry = kept.setdefault(runtime, [0, 0, until])
+                entry[0], entry[2] = entry[0] + 1, max(entry[2], until)
+            continue
+        if not dry_run:
+            try:
                 container.remove(force=True)
-                removed_containers.append(container.name)
-    for network in client.networks.list(filters={"label": f"{MANAGED_LABEL}=true"}):
+            except docker.errors.NotFound:
+                continue
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: its removal is already under way
+                    garbage.failed.append(f"container {container.name}: {exc.explanation or exc}")
+                    continue
+        garbage.containers.append(container.name)
+    networks = client.networks.list(filters={"label": f"{MANAGED_LABEL}=true"})
+    for network in networks:
         labels = network.attrs.get("Labels") or {}
         runtime = labels.get(RUNTIME_LABEL, "")
-        created = _epoch(network.attrs.get("Created", ""))
-        if everything or not liveness.owned(runtime, created, now, grace):
-            if dry_run:
-                removed_networks.append(network.name)
-                continue
-            from envreg.runtime.backends.docker_network import remove_network
-
+        until = liveness.owned_until(runtime, _epoch(network.attrs.get("Created", "")), grace)
+        if not (everything or until <= now):
+            if until != float("inf"):
+                entry = kept.setdefault(runtime, [0, 0, until])
+                entry[1], entry[2] = entry[1] + 1, max(entry[2], until)
+            continue
+        if not dry_run:
             try:
-                remove_network(network)
-                removed_networks.append(network.name)
-            except docker.errors.APIError as exc:
-                if "active endpoints" not in str(exc):
-                    raise
-    return removed_containers, removed_networks
+                remove_network(network, held.get(runtime, ()), timeout=15.0)
+            except PhantomEndpoint as exc:
+                garbage.stuck.append(f"{exc} ({exc.hint})")
+                continue
+            except EngineError as exc:
+                garbage.failed.append(f"network {network.name} and its firewall rule: {exc}")
+                continue
+        garbage.networks.append(network.name)
+    if not dry_run:
+        alive = {n.name for n in client.networks.list(filters={"label": f"{MANAGED_LABEL}=true"})}
+        garbage.rules = remove_orphan_rules(alive)
+    garbage.kept = [Kept(rt, int(c), int(n), until) for rt, (c, n, until) in sorted(kept.items())]
+    return garbage
