@@ -85,7 +85,7 @@ class AgentPlane:
                 return
             answer = self.lean.answer(scope["headers"], body, instance_id)
             if answer is not None:
-                await send_bytes(send, 200, answer)
+                await send_bytes(send, *answer)
                 return
             receive = replay(body, receive)
         await self.sdk(scope, receive, send)

@@ -1,16 +1,23 @@
 """The lean path: `tools/call`, `tools/list` and `server/discover` at protocol 2026-07-28, JSON responses.
 
 A request is answered here only when it is a plain, well-formed 2026-07-28 request that the SDK
-would answer with a result; anything else (another era, a header mismatch, an unknown tool, a
-cursor, `Mcp-Param-*` headers, a wildcard accept...) returns None and goes to the `mcp` SDK,
-which owns every error. Differential tests check that both paths give the same answers.
+would answer with a result, or a call of a tool the instance does not offer (the SDK's -32602 error,
+HTTP 400): the SDK starts on the first request that needs it, an import of a second or more of CPU
+that on a loaded host outlasts the gateway's wait, and an agent's unknown tool must not wait on it.
+Anything else (another era, a header mismatch, a cursor, `Mcp-Param-*` headers, a wildcard
+accept...) returns None and goes to the `mcp` SDK, which owns every other error. Differential tests
+check that both paths give the same answers.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import re
 from typing import Any
 
+from envreg.errors import UnknownToolError
 from envreg.protocol import MCP_VERSION as MODERN_VERSION
 from envreg.protocol import META_CLIENT_CAPABILITIES as CLIENT_CAPABILITIES_KEY
 from envreg.protocol import META_CLIENT_INFO as CLIENT_INFO_KEY
@@ -22,6 +29,11 @@ _MODERN = MODERN_VERSION.encode()
 _ROUTING_HEADERS = (b"mcp-protocol-version", b"mcp-method", b"mcp-name")
 _CALL_PARAMS = frozenset({"name", "arguments", "_meta"})
 _META_ONLY = frozenset({"_meta"})
+_OK = 200
+INVALID_PARAMS = -32602
+INVALID_PARAMS_STATUS = 400
+"""The HTTP status the SDK gives a -32602 error (`mcp.shared.inbound.ERROR_CODE_HTTP_STATUS`)."""
+_B64_SENTINEL = re.compile(rb"^=\?base64\?(?P<payload>.*)\?=$")
 
 
 class HostCheck:
@@ -59,8 +71,10 @@ class LeanPath:
             separators=(",", ":"),
         ).encode()
 
-    def answer(self, headers: list[tuple[bytes, bytes]], body: bytes, instance_id: str) -> bytes | None:
-        """The JSON response body, or None to hand the request to the SDK."""
+    def answer(
+        self, headers: list[tuple[bytes, bytes]], body: bytes, instance_id: str
+    ) -> tuple[int, bytes] | None:
+        """The HTTP status and JSON response body, or None to hand the request to the SDK."""
         h: dict[bytes, bytes] = {}
         for key, value in headers:
             if key in h:
@@ -98,38 +112,39 @@ class LeanPath:
         if h.get(b"mcp-method") != method.encode():
             return None
         if method == "tools/call":
-            result = self._call(h, params, instance_id)
-            return (
-                None if result is None else _envelope(rid, json.dumps(result, separators=(",", ":")).encode())
-            )
+            return self._call(h, params, instance_id, rid)
         if params.keys() != _META_ONLY:
             return None
         if method == "tools/list":
             if self.store.augmenter(instance_id) is not None:
-                return _envelope(rid, self._listing(self.store.list_tools(instance_id)))
+                return _OK, _envelope(rid, self._listing(self.store.list_tools(instance_id)))
             if self._list_result is None:  # the tools' schemas are built on first use (`Tool.models`)
                 self._list_result = self._listing(self.store.env.list_tools())
-            return _envelope(rid, self._list_result)
+            return _OK, _envelope(rid, self._list_result)
         if method == "server/discover":
-            return _envelope(rid, self._discover_result)
+            return _OK, _envelope(rid, self._discover_result)
         return None
 
-    def _call(self, h: dict[bytes, bytes], params: dict[str, Any], instance_id: str) -> dict[str, Any] | None:
+    def _call(
+        self, h: dict[bytes, bytes], params: dict[str, Any], instance_id: str, rid: int | str
+    ) -> tuple[int, bytes] | None:
+        """A tool's result, or the SDK's error for a tool the instance does not offer."""
         name, arguments = params.get("name"), params.get("arguments")
         if type(name) is not str or not params.keys() <= _CALL_PARAMS:
             return None
-        if name not in self.tools and not self.store.offers(instance_id, name):
-            return None
         if arguments is not None and type(arguments) is not dict:
             return None
-        if h.get(b"mcp-name") != name.encode():
+        if header_name(h.get(b"mcp-name")) != name:
             return None
         if instance_id not in self.store:
             return None
-        result = self.store.call_tool(instance_id, name, arguments).to_mcp()
+        try:
+            result = self.store.call_tool(instance_id, name, arguments).to_mcp()
+        except UnknownToolError as exc:  # the SDK's answer (`envreg.server.sdk`), without starting it
+            return INVALID_PARAMS_STATUS, _error(rid, INVALID_PARAMS, str(exc))
         result["resultType"] = "complete"
         result["_meta"] = self.server_info
-        return result
+        return _OK, _envelope(rid, json.dumps(result, separators=(",", ":")).encode())
 
     def _listing(self, tools: list[dict[str, Any]]) -> bytes:
         result = {
@@ -142,5 +157,29 @@ class LeanPath:
         return json.dumps(result, separators=(",", ":")).encode()
 
 
+def header_name(value: bytes | None) -> str | None:
+    """An ``Mcp-Name`` header as the SDK reads it (`mcp.shared.inbound.decode_header_value`): verbatim
+    (Latin-1, as ASGI servers decode it), or the UTF-8 of a ``=?base64?...?=`` value (its clients wrap a
+    name that is not plain ASCII so); None for a malformed wrapped value, which matches no name."""
+    if value is None:
+        return None
+    wrapped = _B64_SENTINEL.fullmatch(value)
+    if wrapped is None:
+        return value.decode("latin-1")
+    payload = wrapped["payload"]
+    try:
+        decoded = base64.b64decode(payload, validate=True)
+        if base64.b64encode(decoded) != payload:  # non-canonical: the SDK's encoder never writes it
+            return None
+        return decoded.decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
 def _envelope(rid: int | str, result: bytes) -> bytes:
     return b'{"jsonrpc":"2.0","id":' + json.dumps(rid).encode() + b',"result":' + result + b"}"
+
+
+def _error(rid: int | str, code: int, message: str) -> bytes:
+    error = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
+    return json.dumps(error, separators=(",", ":")).encode()
