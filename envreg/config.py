@@ -32,9 +32,14 @@ def _get(name: str) -> str | None:
 
 def envreg_home() -> Path:
     """``$ENVREG_HOME`` (default ``~/.envreg``), created on first use."""
-    home = Path(_get("ENVREG_HOME") or Path.home() / ".envreg")
+    home = home_path()
     home.mkdir(parents=True, exist_ok=True)
     return home
+
+
+def home_path() -> Path:
+    """Where ``$ENVREG_HOME`` is (default ``~/.envreg``), without creating it."""
+    return Path(_get("ENVREG_HOME") or Path.home() / ".envreg")
 
 
 def images_root() -> Path:

@@ -24,10 +24,13 @@ class EnvregError(Exception):
         return f"{self.message}; {self.hint}" if self.hint else self.message
 
     def to_json(self) -> dict[str, Any]:
-        """The error body every HTTP front returns: ``{"error": message; hint, "hint": hint}``."""
-        body: dict[str, Any] = {"error": str(self)}
+        """The error body every HTTP front returns: ``{"error": message; hint, "hint": hint}``, with the
+        host's paths named from neutral roots (`public_text`)."""
+        from envreg.host_paths import public_text
+
+        body: dict[str, Any] = {"error": public_text(str(self))}
         if self.hint:
-            body["hint"] = self.hint
+            body["hint"] = public_text(self.hint)
         return body
 
 

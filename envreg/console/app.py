@@ -28,6 +28,7 @@ from envreg.console.data import DataFile, DataFiles
 from envreg.console.html import STATIC_FILES, Site, e, link, static_file, table, template
 from envreg.console.scoring import EpisodeScores
 from envreg.errors import BadRequest, EnvregError, LimitReached, NotFound
+from envreg.host_paths import public_text
 from envreg.server.http import bearer_matches
 
 COOKIE = "envreg_console"
@@ -72,6 +73,8 @@ def _html(text: str, status: int = 200, headers: dict[str, str] | None = None) -
 
 
 def _error_page(status: int, message: str, hint: str | None = None) -> HTMLResponse:
+    """An error page; like every error body, it names no path of the host (`public_text`)."""
+    message, hint = public_text(message), public_text(hint) if hint else None
     body = f'<div class="error">{e(message)}</div>' + (f"<p>{e(hint)}</p>" if hint else "")
     return _html(SITE.page(f"Error {status}", body), status)
 

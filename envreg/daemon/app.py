@@ -10,7 +10,8 @@ ended sandbox, unknown snapshot, environment or tool, 409 a snapshot of another 
 421 a Host that is not this daemon's (``--allow-host``), 422 an invalid state (``errors`` lists
 each problem; nothing was changed), 429 the daemon's sandbox limit, 502 the environment server
 failed, 503 the Docker engine is unavailable or failed, 504 a sandbox gave no answer in time.
-Every error body is ``{"error": "..."}``.
+Every error body is ``{"error": "..."}``, and names no path of the host: ``$ENVREG_HOME/snapshots``,
+``images/<name>``, ``./<path>`` for the daemon's working directory (`envreg.errors.public_text`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from envreg.canonical import canonical_json, sha256_hex
 from envreg.daemon import models as m
 from envreg.errors import BadRequest, EnvregError, LimitReached, NotFound
+from envreg.host_paths import public_text
 from envreg.protocol import GATEWAY_PREFIX
 from envreg.runtime import Runtime, Sandbox, Snapshot
 from envreg.runtime.access import AccessGuard
@@ -139,7 +141,8 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
 
     @api.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+        error = public_text(str(exc.detail))
+        return JSONResponse({"error": error}, status_code=exc.status_code, headers=exc.headers)
 
     @api.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -155,7 +158,9 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
 
     @api.exception_handler(Exception)
     async def internal(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
+        """What went wrong, without the host's paths (an OSError's file, a remote traceback's frames)."""
+        error = public_text(f"internal error: {type(exc).__name__}: {exc}")
+        return JSONResponse({"error": error}, status_code=500)
 
     # helpers ------------------------------------------------------------------------------------
     def sandbox(sandbox_id: str) -> Sandbox:

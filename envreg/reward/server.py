@@ -6,7 +6,8 @@ requests; sandboxes come from the runtime's warm pools and are reused between ev
 Every route, ``/openapi.json`` included, needs ``Authorization: Bearer <token>``. Records may name only
 the environments of the server's catalog (its ``--env`` sources, the catalog's folders on the local
 tier, the local index's images on Docker tiers): any other name, a path included, is refused per item
-and nothing of it is imported. A request body over `max_body` bytes gets 413.
+and nothing of it is imported. A request body over `max_body` bytes gets 413. No error, of a request or of
+an item, names a path of the host (`envreg.errors.public_text`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from envreg.host_paths import public_text
 from envreg.reward.batch import ItemResult, ScoreItem, score_items
 from envreg.reward.score import ScoreOptions, Scorer
 from envreg.runtime import Runtime
@@ -186,7 +188,8 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+        error = public_text(str(exc.detail))
+        return JSONResponse({"error": error}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -222,6 +225,9 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
             state["scored"] += 1
 
         results = await score_items(state["scorer"], body.items, limiter, oracle=body.oracle, on_done=done)
+        for result in results:  # an item's error may name the catalog's folders: never the host's paths
+            if result.error is not None:
+                result.error = public_text(result.error)
         body_out = ScoreResponse(results=results, seconds=time.perf_counter() - started)
         return Response(body_out.model_dump_json(), media_type="application/json")  # no re-validation
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.canonical import sha256_hex
+from envreg.host_paths import public_text
 from envreg.protocol import DEFAULT_INSTANCE, ENV_RECYCLE, agent_path
 from envreg.server.http import BodyTooLarge, bearer_matches, bearer_token, read_body, send_json
 from envreg.server.instances import InstanceLimitReached, InstanceStore
@@ -49,7 +50,8 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def error(status: int, message: str, **extra: Any) -> Response:
-    return Response.json({"error": message, **extra}, status)
+    """Every error answer of a route: ``{"error": message, ...}``, no host path in it (`public_text`)."""
+    return Response.json({"error": public_text(message), **extra}, status)
 
 
 def state_response(instance: Any, status: int = 200, replaced: Any = None) -> Response:

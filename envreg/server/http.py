@@ -9,6 +9,8 @@ from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
 
+from envreg.host_paths import public_text
+
 
 class BodyTooLarge(Exception):
     pass
@@ -123,7 +125,9 @@ def mcp_call(scope: Scope, body: bytes | None) -> Call:
 def error_body(
     message: str, call: Call = NOT_JSONRPC, code: int = INVALID_REQUEST, data: dict[str, Any] | None = None
 ) -> bytes:
-    """A JSON-RPC error for an MCP request (`mcp_call`), else ``{"error": message}``."""
+    """A JSON-RPC error for an MCP request (`mcp_call`), else ``{"error": message}``; no host path in
+    `message` reaches the client (`envreg.errors.public_text`)."""
+    message = public_text(message)
     answer = jsonrpc_error(call[1], code, message, data) if call[0] else {"error": message}
     return json.dumps(answer).encode()
 

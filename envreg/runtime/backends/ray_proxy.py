@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx2
 from starlette.types import Receive, Scope, Send
 
+from envreg.host_paths import public_text
 from envreg.runtime.backends.base import Server
 from envreg.runtime.gateway import NOT_FORWARDED, relay
 from envreg.runtime.upstream import UpstreamError, UpstreamPool
@@ -119,7 +120,9 @@ def _split(path: str) -> tuple[str, str | None, str]:
 
 
 async def _fail(send: Send, plane: str, status: int, message: str) -> None:
-    """An error in the plane's own form: a JSON-RPC error for MCP clients, ``{"error"}`` for the control plane."""
+    """An error in the plane's own form: a JSON-RPC error for MCP clients, ``{"error"}`` for the control
+    plane; no path of the node in it (`public_text`)."""
+    message = public_text(message)
     if plane == "agent":
         body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32603, "message": message}}
         await send_json(send, status, body)
