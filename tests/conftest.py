@@ -62,7 +62,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     grouped test by an `@group` suffix of its node id; pytest 9.2 drops it, and nothing else would say so)."""
     if not getattr(session.config.option, "loadgroup", False):
         return
-    ungrouped = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    ungrouped = [
+        i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid
+    ]
     if ungrouped:
         raise RuntimeError(
             f"--dist loadgroup does not group here ({ungrouped[0]} has no @group suffix): this pytest and "

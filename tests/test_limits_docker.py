@@ -152,7 +152,6 @@ async def test_an_oom_kill_is_named_in_every_error_it_causes() -> None:
     import subprocess
 
     from envreg.errors import SandboxGone
-
     from envreg.runtime.backends.docker import Limits
 
     async with Runtime(limits=Limits(memory="128m")) as rt:
@@ -160,7 +159,9 @@ async def test_an_oom_kill_is_named_in_every_error_it_causes() -> None:
         first = "for p in /proc/[0-9]*; do echo 1000 > $p/oom_score_adj; done 2>/dev/null; true"
         hog = "echo -1000 > /proc/self/oom_score_adj 2>/dev/null; python3 -c 'b = bytearray(300 << 20)'"
         for script in (first, hog):
-            subprocess.run(["docker", "exec", sb.server.id, "sh", "-c", script], capture_output=True, timeout=60)
+            subprocess.run(
+                ["docker", "exec", sb.server.id, "sh", "-c", script], capture_output=True, timeout=60
+            )
         state = docker.from_env().containers.get(sb.server.id).attrs["State"]
         assert state["OOMKilled"] and not state["Running"], state
         with pytest.raises(SandboxGone, match="OOM-killed: it reached its memory limit"):
