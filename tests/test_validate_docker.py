@@ -147,11 +147,12 @@ def test_reference_environments_pass_every_check(reference_images, tmp_path: Pat
     for env in report["environments"]:
         assert env["error"] is None
         statuses = {c["name"]: c["status"] for c in env["checks"]}
-        assert len(statuses) == 22
+        assert len(statuses) == 23
         assert all(s in ("pass", "skip") for s in statuses.values())
+        assert statuses["manifest.image"] == "skip", "a fresh $ENVREG_HOME records no image"
     suites = ET.parse(junit).getroot()
     assert suites.get("failures") == "0" and suites.get("errors") == "0"
-    assert int(suites.get("tests", "0")) == 44
+    assert int(suites.get("tests", "0")) == 46
 
 
 def test_cli_exits_1_and_names_what_failed(broken_images, tmp_path: Path) -> None:
