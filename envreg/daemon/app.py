@@ -86,7 +86,12 @@ def _capped(error: Any) -> Any:
 
 
 ERR = {"model": m.Error}
-COMMON = {400: {**ERR, "description": "Bad input."}, 401: {**ERR, "description": "Missing or wrong token."}}
+COMMON = {
+    400: {**ERR, "description": "Bad input."},
+    401: {**ERR, "description": "Missing or wrong token."},
+    403: {**ERR, "description": "A browser Origin this daemon does not allow (`--cors-origin`)."},
+    421: {**ERR, "description": "A Host that is not this daemon's (`--allow-host`)."},
+}
 NOT_FOUND = {404: {**ERR, "description": "Unknown or ended sandbox (or snapshot, environment, tool)."}}
 MISMATCH = {409: {**ERR, "description": "The snapshot was taken from another environment."}}
 INVALID = {422: {**ERR, "description": "Invalid state; nothing was changed. `errors` lists each problem."}}
