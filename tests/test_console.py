@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-from conftest import ROOT, scaled
+from conftest import ROOT, installed, scaled
 from console_helpers import (
     EVENT,
     reward_score_json,
@@ -39,6 +39,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
+    if not installed("networkx"):
+        pytest.skip("the data folder holds a tool graph, which needs networkx (pip install 'envreg[synth]')")
     folder = tmp_path / "data"
     folder.mkdir()
     write_items(folder / "items.jsonl")
