@@ -97,6 +97,13 @@ def keeper_stopped(label: str) -> bool:
     return out.stdout.strip() in ("exited", "")
 
 
+def wait_for_keeper_to_stop(label: str, timeout: float = 10) -> None:
+    """The keeper of a runtime that was killed exits once the engine closes its stdin."""
+    deadline = time.monotonic() + timeout
+    while not keeper_stopped(label) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 @gc_group
 def test_gc_removes_what_a_killed_runtime_left(tmp_path: Path) -> None:
     proc, label = start_runtime(tmp_path)
@@ -105,9 +112,7 @@ def test_gc_removes_what_a_killed_runtime_left(tmp_path: Path) -> None:
     # 3 own containers + 1 shared by instances + the runtime's keeper
     assert len(docker_ids("container", label)) == 5
     assert len(docker_ids("network", label)) == 1
-    deadline = time.monotonic() + 10
-    while not keeper_stopped(label) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for_keeper_to_stop(label)
     assert keeper_stopped(label), "the keeper outlived its runtime's connection"
     within_grace = envreg(tmp_path, "gc")  # gone for less than the grace period: left alone, and said so
     runtime = label.split("=")[1]
@@ -137,9 +142,7 @@ def test_gc_leaves_a_live_runtime_in_another_pid_namespace_alone(tmp_path: Path)
     finally:
         proc.kill()
         proc.wait()
-    deadline = time.monotonic() + 10
-    while not keeper_stopped(label) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for_keeper_to_stop(label)
     assert envreg(tmp_path, "gc", "--grace", "0").returncode == 0
     assert docker_ids("container", label) == [] and docker_ids("network", label) == []
 
@@ -187,9 +190,7 @@ def test_a_runtime_starts_its_keeper_again_when_it_dies(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
-    deadline = time.monotonic() + 10
-    while not keeper_stopped(label) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for_keeper_to_stop(label)
     assert envreg(tmp_path, "gc", "--grace", "0").returncode == 0
     assert docker_ids("container", label) == [] and docker_ids("network", label) == []
 

@@ -193,7 +193,16 @@ def collect_garbage(
     now = time.time()
     liveness = Liveness.read(client)
     garbage = Garbage()
-    kept: dict[str, list[float]] = {}  # runtime -> [containers, networks, until]
+    kept: dict[str, Kept] = {}
+
+    def keep(runtime: str, until: float, containers: int = 0, networks: int = 0) -> None:
+        """Count a resource left to an ended runtime's grace (a live runtime's is not listed)."""
+        if until != float("inf"):
+            k = kept.get(runtime, Kept(runtime, 0, 0, until))
+            kept[runtime] = Kept(
+                runtime, k.containers + containers, k.networks + networks, max(k.until, until)
+            )
+
     held: dict[str, set[str]] = {}  # runtime -> the names of its containers (to force their endpoints out)
     for container in client.containers.list(all=True, filters={"label": f"{MANAGED_LABEL}=true"}):
         labels = container.labels
@@ -202,9 +211,7 @@ def collect_garbage(
         expired = EXPIRES_LABEL in labels and float(labels[EXPIRES_LABEL] or 0) < now
         until = liveness.owned_until(runtime, _epoch(container.attrs.get("Created", "")), grace)
         if not (everything or expired or until <= now):
-            if until != float("inf"):
-                entry = kept.setdefault(runtime, [0, 0, until])
-                entry[0], entry[2] = entry[0] + 1, max(entry[2], until)
+            keep(runtime, until, containers=1)
             continue
         if not dry_run:
             try:
@@ -216,15 +223,12 @@ def collect_garbage(
                     garbage.failed.append(f"container {container.name}: {exc.explanation or exc}")
                     continue
         garbage.containers.append(container.name)
-    networks = client.networks.list(filters={"label": f"{MANAGED_LABEL}=true"})
-    for network in networks:
+    for network in client.networks.list(filters={"label": f"{MANAGED_LABEL}=true"}):
         labels = network.attrs.get("Labels") or {}
         runtime = labels.get(RUNTIME_LABEL, "")
         until = liveness.owned_until(runtime, _epoch(network.attrs.get("Created", "")), grace)
         if not (everything or until <= now):
-            if until != float("inf"):
-                entry = kept.setdefault(runtime, [0, 0, until])
-                entry[1], entry[2] = entry[1] + 1, max(entry[2], until)
+            keep(runtime, until, networks=1)
             continue
         if not dry_run:
             try:
@@ -239,5 +243,5 @@ def collect_garbage(
     if not dry_run:
         alive = {n.name for n in client.networks.list(filters={"label": f"{MANAGED_LABEL}=true"})}
         garbage.rules = remove_orphan_rules(alive)
-    garbage.kept = [Kept(rt, int(c), int(n), until) for rt, (c, n, until) in sorted(kept.items())]
+    garbage.kept = [kept[runtime] for runtime in sorted(kept)]
     return garbage
