@@ -239,6 +239,26 @@ def test_version_and_completion(cli_env: Path) -> None:
     assert result.exit_code == 0 and "_ENVREG_COMPLETE" in result.output, result.output
 
 
+@pytest.mark.parametrize("args", [["catalog"], ["catalog", "--json"], ["schema", "manifest"]])
+def test_a_reader_that_went_away_ends_the_command_quietly(args: list[str], cli_env: Path) -> None:
+    """`envreg ... | head -1`: when stdout's reader has gone, the command stops with exit 1 and nothing on
+    stderr, as git and click do (not "unexpected BrokenPipeError ... a bug in envreg")."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to stdout now fails with EPIPE
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", "from envreg.cli.main import app; app(prog_name='envreg')", *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == "", proc.stderr
+
+
 def test_help_imports_no_command() -> None:
     """`envreg --help` lists every command without importing the runtime, pydantic, the mcp SDK or any
     command module (bench/bench_cli.py measures the time)."""

@@ -23,6 +23,13 @@ def _debug() -> bool:
     return debug()
 
 
+def _stdout_closed() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush raises nothing more."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 @contextmanager
 def rendered() -> Iterator[None]:
     """Turn what escapes a command into `error:` + `hint:` and an exit status."""
@@ -32,6 +39,9 @@ def rendered() -> Iterator[None]:
         yield
     except (typer.Exit, typer.Abort, ClickException, KeyboardInterrupt, SystemExit):
         raise
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as git and click do
+        _stdout_closed()
+        raise typer.Exit(1) from None
     except EnvregError as exc:
         if _debug():
             raise
