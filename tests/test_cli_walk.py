@@ -235,8 +235,17 @@ def test_version_and_completion(cli_env: Path) -> None:
     for flag in ("--version", "-V"):
         result = invoke([flag])
         assert result.exit_code == 0 and result.output.strip() == f"envreg {__version__}"
-    result = invoke(["--show-completion", "bash"])
-    assert result.exit_code == 0 and "_ENVREG_COMPLETE" in result.output, result.output
+    # what the shell's completion hooks do (`--show-completion` finds the shell among this process's
+    # ancestors, and a test run may have none): the script for bash, then the words for `envreg cat<TAB>`
+    script = CliRunner().invoke(app, [], env={"_ENVREG_COMPLETE": "source_bash"}, prog_name="envreg")
+    assert script.exit_code == 0 and "_ENVREG_COMPLETE" in script.output, script.output
+    words = CliRunner().invoke(
+        app,
+        [],
+        env={"_ENVREG_COMPLETE": "complete_bash", "COMP_WORDS": "envreg cat", "COMP_CWORD": "1"},
+        prog_name="envreg",
+    )
+    assert words.exit_code == 0 and "catalog" in words.output.split(), words.output
 
 
 @pytest.mark.parametrize("args", [["catalog"], ["catalog", "--json"], ["schema", "manifest"]])
