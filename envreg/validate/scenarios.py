@@ -49,12 +49,21 @@ async def final_states(ctx: Context) -> Outcome:
         return failed(ctx.scenarios_problem or "the image ships no scenarios")
     runs = await ctx.runs()
     problems = [p for r in runs.scenarios if r.refused is None and (p := r.final_problem(ctx.volatile))]
-    stated = sum(r.scenario.final_state is not None for r in runs.scenarios)
-    evidence = [f"{stated}/{len(runs.scenarios)} scenarios state their final state"]
+    stated = sum(
+        r.scenario.final_state is not None or bool(r.scenario.final_state_sha256) for r in runs.scenarios
+    )
+    by_digest = sum(
+        r.scenario.final_state is None and bool(r.scenario.final_state_sha256) for r in runs.scenarios
+    )
+    evidence = [
+        f"{stated}/{len(runs.scenarios)} scenarios state their final state"
+        + (f" ({by_digest} by its sha256)" if by_digest else "")
+    ]
     if ctx.volatile:
         evidence.append(f"volatile paths ignored: {', '.join(ctx.volatile)}")
     if not stated:
         return failed(
-            "no scenario states its final state (final_state): the final state is never checked", evidence
+            "no scenario states its final state (final_state or final_state_sha256): the final state is never checked",
+            evidence,
         )
     return verdict(problems, "every final state is the expected one", "final states differ", evidence)
