@@ -333,3 +333,43 @@ async def test_run_in_the_foreground_until_ctrl_c(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@gc_group
+def test_gc_takes_a_container_removed_while_it_lists_as_already_gone() -> None:
+    """Another runtime (or gc) may remove a container between gc's listing and its inspection of it: gc
+    counts it as gone and goes on with the rest (it raised docker's NotFound, 'a bug in envreg')."""
+    import docker
+
+    from envreg.protocol import MANAGED_LABEL, RUNTIME_LABEL
+    from envreg.runtime.backends.docker_keeper import collect_garbage
+
+    runtime = "rt_race" + os.urandom(3).hex()
+    labels = ["--label", f"{MANAGED_LABEL}=true", "--label", f"{RUNTIME_LABEL}={runtime}"]
+    made = [
+        subprocess.run(
+            ["docker", "create", *labels, "--entrypoint", "sleep", "envreg/base:latest", "600"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for _ in range(2)
+    ]
+    client = docker.from_env()
+    inspect = client.api.inspect_container
+    vanished: list[str] = []
+
+    def removed_meanwhile(container: str) -> dict:
+        if not vanished and container in made:  # the first of them goes away just before gc looks at it
+            vanished.append(container)
+            subprocess.run(["docker", "rm", "-f", container], capture_output=True, check=True)
+        return inspect(container)
+
+    client.api.inspect_container = removed_meanwhile  # type: ignore[method-assign]
+    try:
+        garbage = collect_garbage(client, grace=0)
+    finally:
+        subprocess.run(["docker", "rm", "-f", *made], capture_output=True)
+    assert vanished and garbage.failed == []
+    other = next(c for c in made if c not in vanished)
+    assert client.api.containers(all=True, filters={"id": other}) == [], "the rest is still collected"

@@ -357,7 +357,7 @@ class DockerBackend(Backend):
         def sweep() -> None:
             """Remove what is left: a start still running in a worker thread can attach one after a listing."""
             for container in client.containers.list(
-                all=True, filters={"label": f"{RUNTIME_LABEL}={self.runtime_id}"}
+                all=True, filters={"label": f"{RUNTIME_LABEL}={self.runtime_id}"}, ignore_removed=True
             ):
                 with contextlib.suppress(EngineError):
                     self._remove(container)

@@ -137,7 +137,7 @@ class Liveness:
     def read(cls, client: Any) -> Liveness:
         alive: set[str] = set()
         gone_since: dict[str, float] = {}
-        for keeper in client.containers.list(all=True, filters={"label": KEEPER_LABEL}):
+        for keeper in client.containers.list(all=True, filters={"label": KEEPER_LABEL}, ignore_removed=True):
             runtime = keeper.labels.get(KEEPER_LABEL, "")
             if keeper.status in ALIVE_STATES:
                 alive.add(runtime)
@@ -204,7 +204,9 @@ def collect_garbage(
             )
 
     held: dict[str, set[str]] = {}  # runtime -> the names of its containers (to force their endpoints out)
-    for container in client.containers.list(all=True, filters={"label": f"{MANAGED_LABEL}=true"}):
+    for container in client.containers.list(
+        all=True, filters={"label": f"{MANAGED_LABEL}=true"}, ignore_removed=True
+    ):
         labels = container.labels
         runtime = labels.get(RUNTIME_LABEL, "")
         held.setdefault(runtime, set()).add(container.name)

@@ -196,7 +196,7 @@ def sweep_runtimes(runtime_ids: list[str]) -> list[str]:
         alive = Liveness.read(client).alive
         for runtime_id in sorted(set(runtime_ids) - alive):
             label = {"label": f"{RUNTIME_LABEL}={runtime_id}"}
-            for container in client.containers.list(all=True, filters=label):
+            for container in client.containers.list(all=True, filters=label, ignore_removed=True):
                 try:
                     container.remove(force=True)
                     removed.append(container.name)
