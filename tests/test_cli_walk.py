@@ -25,6 +25,8 @@ BAD = {
     ("synth", "run"): ["--manifests", "bad.json"],
     ("adapters", "bfcl", "replay"): ["--category", "no-such-category"],
     ("adapters", "bfcl", "generate"): ["--lock", "bad.json"],
+    ("adapters", "tau2", "replay"): ["--domain", "no-such-domain"],
+    ("adapters", "tau2", "generate"): ["--domain", "no-such-domain"],
     ("manifest",): ["no-such-env-x1"],
     ("build",): ["no-such-env-x1"],
     ("catalog",): ["--manifests", "bad.json"],
