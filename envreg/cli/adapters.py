@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -26,6 +28,30 @@ tau2_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(tau2_app, name="tau2")
+
+
+@contextmanager
+def agreement_progress(description: str, total: int, transient: bool) -> Iterator[Callable[[Any], None]]:
+    """A progress bar on stderr counting replayed items that agree and disagree; yields `advance(result)`."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("agree {task.fields[agree]} · disagree {task.fields[disagree]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=transient,
+    ) as progress:
+        bar = progress.add_task(description, total=total, agree=0, disagree=0)
+        tally = {"agree": 0, "disagree": 0}
+
+        def advance(result: Any) -> None:
+            tally["agree" if result.agree else "disagree"] += 1
+            progress.update(bar, advance=1, agree=tally["agree"], disagree=tally["disagree"])
+
+        yield advance
 
 
 def _require_bfcl() -> None:
@@ -121,7 +147,6 @@ def replay(
     """Replay BFCL's ground truth through envreg sandboxes; compare envreg's verdicts with BFCL's checker."""
     _require_bfcl()
     import anyio
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from envreg.adapters import bfcl
     from envreg.adapters.bfcl_replay import replay_all
@@ -153,24 +178,7 @@ def replay(
     async def main():
         # warm units per image (8 images): a few ready containers each, or ready instances in shared ones
         pool = {"local": {}, "container": {"container": 3}, "instance": {"instance": workers}}[isolation]
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("agree {task.fields[agree]} · disagree {task.fields[disagree]}"),
-            TimeElapsedColumn(),
-            console=err,
-            transient=as_json,
-        ) as progress:
-            task = progress.add_task(
-                f"replay ({isolation}, {variant})", total=len(entries), agree=0, disagree=0
-            )
-            tally = {"agree": 0, "disagree": 0}
-
-            def advance(result) -> None:
-                tally["agree" if result.agree else "disagree"] += 1
-                progress.update(task, advance=1, **tally)
-
+        with agreement_progress(f"replay ({isolation}, {variant})", len(entries), as_json) as advance:
             done = None
             try:
                 kept = workers if recycle and isolation == "container" else 0
@@ -319,7 +327,6 @@ def tau2_replay(
     """Replay tau2's gold tasks through envreg sandboxes; compare envreg's verdicts with tau2's evaluator."""
     _require_tau2()
     import anyio
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from envreg.adapters import tau2
     from envreg.adapters.tau2_replay import replay_all
@@ -331,22 +338,7 @@ def tau2_replay(
     total = sum(len(tau2.tasks(d)[:limit]) for d in chosen)
 
     async def main():
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("agree {task.fields[agree]} · disagree {task.fields[disagree]}"),
-            TimeElapsedColumn(),
-            console=err,
-            transient=as_json,
-        ) as progress:
-            bar = progress.add_task(f"tau2 replay ({isolation})", total=total, agree=0, disagree=0)
-            tally = {"agree": 0, "disagree": 0}
-
-            def advance(result) -> None:
-                tally["agree" if result.agree else "disagree"] += 1
-                progress.update(bar, advance=1, **tally)
-
+        with agreement_progress(f"tau2 replay ({isolation})", total, as_json) as advance:
             async with Runtime() as rt:
                 return await replay_all(rt, chosen, isolation=isolation, limit=limit, progress=advance)
 
