@@ -189,6 +189,8 @@ def test_distractors_by_the_synth_graphs_embeddings_are_the_closest_analogs() ->
 
 
 def test_a_custom_embedding_decides_the_ranking() -> None:
+    pytest.importorskip("numpy", reason="ranking by embeddings needs numpy: pip install 'envreg[synth]'")
+
     def embed(texts: list[str]) -> list[list[float]]:  # one axis: does the text mention flights?
         return [[1.0, 0.0] if "flight" in t.lower() else [0.0, 1.0] for t in texts]
 

@@ -26,13 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from envreg.canonical import canonical_json, digest
 from envreg.manifest import Manifest
 
 if TYPE_CHECKING:
     import networkx as nx
+    import numpy as np
 
 from envreg.synth.params import (
     Param,
@@ -287,6 +286,8 @@ def similarity_matrix(
     is at most 1, so ``similarity <= 0.6 * cos(name) + 0.4``); every other pair is -1. Pairs that can
     reach their floor get exactly the similarity they would get without it.
     """
+    import numpy as np  # the synth extra: only where a graph is built
+
     if not outs or not ins:
         return np.zeros((len(outs), len(ins)))
 
@@ -316,6 +317,8 @@ def similarity_matrix(
 def pair_floors(outs: Sequence[Param], ins: Sequence[Param], within: float, across: float) -> np.ndarray:
     """Per (output, input) pair, the similarity it must reach to be an edge; ``inf`` where the hard rules
     of `compatible` already rule it out (types, id-ness, ids across environments, value kinds)."""
+    import numpy as np  # the synth extra: only where a graph is built
+
     out_env, in_env = np.array([p.env for p in outs]), np.array([p.env for p in ins])
     same = out_env[:, None] == in_env[None, :]
     out_type, in_type = np.array([p.type for p in outs]), np.array([p.type for p in ins])
@@ -355,6 +358,7 @@ def build_graph(
     its time on).
     """
     import networkx as nx
+    import numpy as np
 
     g = nx.DiGraph()
     ins: list[Param] = []
