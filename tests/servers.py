@@ -12,6 +12,8 @@ from typing import Any
 
 import httpx2
 
+from envreg.server.listen import LISTEN_EXIT
+
 MODERN = "2026-07-28"
 
 
@@ -58,7 +60,7 @@ class EnvServerProcess:
 
     def start(self) -> EnvServerProcess:
         """Start it on two free ports; another process can take a port between the probe and the server's
-        bind (the server then exits with 3), so a start that loses that race picks new ports."""
+        bind (the server then exits with LISTEN_EXIT), so a start that loses that race picks new ports."""
         for _ in range(3):
             try:
                 return self._start()
@@ -88,7 +90,7 @@ class EnvServerProcess:
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                if self.proc.returncode == 3:  # uvicorn's exit when it cannot bind
+                if self.proc.returncode == LISTEN_EXIT:
                     raise PortTaken(
                         f"port {self.port} or {self.control_port} was taken before the server bound it"
                     )

@@ -177,6 +177,7 @@ def serve(
         raise fail("`envreg serve` needs FastAPI, which the server extra brings", SERVER_HINT) from None
     from envreg.daemon.serve import DaemonConfig, daemon_file, read_daemon_file
     from envreg.daemon.serve import serve as run
+    from envreg.server.listen import LISTEN_EXIT, CannotListen
 
     running = read_daemon_file()
     if running is not None and running["pid"] != os.getpid():
@@ -224,8 +225,8 @@ def serve(
 
     try:
         run(config, ready=ready)
-    except OSError as exc:
-        raise fail(str(exc), "pick another --port (0 for any free one)") from None
+    except CannotListen as exc:
+        raise fail(exc.message, "stop what holds that port or pick another --port (0: any free one)", LISTEN_EXIT) from None
 
 
 # run ----------------------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ def serve_env(
     Images run the same server through `python -m envreg.server`, which starts without the CLI."""
     from envreg.protocol import ENV_AGENT_TOKEN, ENV_TOKEN
     from envreg.server.app import ServerConfig, serve
+    from envreg.server.listen import LISTEN_EXIT, CannotListen
 
     token = token or os.environ.get(ENV_TOKEN)
     if not token:
@@ -89,7 +90,10 @@ def serve_env(
         session_idle_timeout=session_idle_timeout,
     )
     config.session_limits()  # bad limits are refused here, before anything starts
-    serve(config)
+    try:
+        serve(config)
+    except CannotListen as exc:
+        raise fail(exc.message, exc.hint, LISTEN_EXIT) from None
 
 
 def register(app: typer.Typer) -> None:

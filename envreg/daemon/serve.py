@@ -23,6 +23,7 @@ from envreg.config import envreg_home
 from envreg.protocol import KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS
 from envreg.runtime.gateway import QuietServer
 from envreg.server.http import KeepAlive
+from envreg.server.listen import listen
 
 logger = logging.getLogger("envreg.daemon")
 DEFAULT_PORT = 7070
@@ -96,20 +97,6 @@ class DaemonConfig:
     log_level: str = "warning"
 
 
-def bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
 def public_url(host: str, port: int, explicit: str | None) -> str:
     if explicit:
         return explicit.rstrip("/")
@@ -127,7 +114,8 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
     from envreg.runtime import Runtime
 
     token = config.token or secrets.token_urlsafe(32)
-    sock = bind(config.host, config.port)
+    sock = listen(config.host, config.port)
+    sock.setblocking(False)
     port = sock.getsockname()[1]
     url = public_url(config.host, port, config.public_url)
     settings = DaemonSettings(

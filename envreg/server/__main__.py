@@ -73,13 +73,25 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve until stopped; a refused start prints error and hint (exit 2 for bad usage, 3 for a port
+    that is taken, 1 otherwise)."""
     args = parser().parse_args(argv)
     token = args.token or os.environ.get(ENV_TOKEN)
     if not token:
         print(f"error: the control plane needs a token: pass --token or set {ENV_TOKEN}", file=sys.stderr)
         return 2
+    from envreg.errors import BadRequest, EnvregError
+    from envreg.server.listen import LISTEN_EXIT, CannotListen
+
+    try:
+        return _serve(args, token)
+    except EnvregError as exc:
+        print(f"error: {exc.message}" + (f"\nhint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
+        return 2 if isinstance(exc, BadRequest) else LISTEN_EXIT if isinstance(exc, CannotListen) else 1
+
+
+def _serve(args: argparse.Namespace, token: str) -> int:
     trace = Startup() if startup_trace() else None
-    from envreg.errors import BadRequest
     from envreg.server.app import ServerConfig, serve
 
     if trace:
@@ -106,11 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         max_sessions_per_instance=args.max_sessions_per_instance,
         session_idle_timeout=args.session_idle_timeout,
     )
-    try:
-        config.session_limits()
-    except BadRequest as exc:
-        print(f"error: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
-        return 2
+    config.session_limits()  # bad limits are refused here, before anything starts
     on_ready = trace.report if trace else None
     if config.recyclable:
         from envreg.server.recycle import prepare, serve_recyclable

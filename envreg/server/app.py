@@ -23,6 +23,7 @@ from envreg.server.agent import AgentPlane
 from envreg.server.control import control_app
 from envreg.server.http import KeepAlive
 from envreg.server.instances import InstanceStore, state_budget
+from envreg.server.listen import listen_all
 from envreg.server.recycle import Lease, LeaseGuard, end_for_recycle
 from envreg.server.sessions import SessionLimits, memory_limit
 
@@ -141,11 +142,11 @@ class EnvServer:
 
 async def serve_async(
     config: ServerConfig,
+    sockets: Sequence[socket.socket],
     ready: anyio.Event | None = None,
     env: Environment | None = None,
-    sockets: Sequence[socket.socket] | None = None,
 ) -> None:
-    """Serve both planes (on `sockets`, agent then control, when given) until told to stop."""
+    """Serve both planes on `sockets` (agent then control, listening) until told to stop."""
     import uvicorn
 
     server = EnvServer.build(config, env)
@@ -169,9 +170,9 @@ async def serve_async(
     )
     servers = (agent, control)
 
-    async def run(s: uvicorn.Server, sock: socket.socket | None) -> None:
+    async def run(s: uvicorn.Server, sock: socket.socket) -> None:
         try:
-            await s.serve([sock] if sock else None)
+            await s.serve([sock])
         finally:
             for other in servers:
                 other.should_exit = True
@@ -185,7 +186,7 @@ async def serve_async(
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_sdk)
         async with anyio.create_task_group() as planes:
-            for s, sock in zip(servers, sockets or (None, None), strict=True):
+            for s, sock in zip(servers, sockets, strict=True):
                 planes.start_soon(run, s, sock)
             if ready is not None:
                 while not all(s.started for s in servers):
@@ -200,7 +201,8 @@ def serve(
     on_ready: Callable[[], None] | None = None,
     sockets: Sequence[socket.socket] | None = None,
 ) -> None:
-    """Run until SIGINT / SIGTERM; `on_ready` is called once both planes listen."""
+    """Run until SIGINT / SIGTERM; `on_ready` is called once both planes listen. Binds the config's ports
+    first unless `sockets` are given: `CannotListen` when one is taken."""
     try:
         import uvloop
 
@@ -211,10 +213,12 @@ def serve(
     if config.host not in LOOPBACK:
         logger.warning("serving on %s: reachable beyond this machine's loopback", config.host)
 
+    sockets = sockets or listen_all(config.host, (config.port, config.control_port))
+
     async def main() -> None:
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(serve_async, config, ready, env, sockets)
+            tg.start_soon(serve_async, config, sockets, ready, env)
             await ready.wait()
             if on_ready is not None:
                 on_ready()

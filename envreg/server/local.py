@@ -8,7 +8,6 @@ runs unsandboxed in this process: for environments you trust (the catalog's, you
 from __future__ import annotations
 
 import secrets
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,9 +17,9 @@ import anyio
 import httpx2
 
 from envreg.env import Environment
-from envreg.errors import EnvregError
 from envreg.protocol import agent_path
 from envreg.runtime.client import EnvClient
+from envreg.server.listen import listen
 
 
 @dataclass
@@ -40,19 +39,6 @@ class LocalSandbox:
         return await self.client.get_state(self.id)
 
 
-def _listen(port: int) -> socket.socket:
-    sock = socket.socket()
-    try:
-        sock.bind(("127.0.0.1", port))
-    except OSError as exc:
-        sock.close()
-        raise EnvregError(
-            f"cannot listen on 127.0.0.1:{port}: {exc.strerror}", "pick another port (0: any free one)"
-        ) from None
-    sock.listen(128)
-    return sock
-
-
 @asynccontextmanager
 async def local_sandbox(
     env: Environment, state: dict[str, Any] | None = None, port: int = 0
@@ -62,7 +48,7 @@ async def local_sandbox(
     from envreg.runtime.backends.local import environment_digest
     from envreg.server.app import ServerConfig, serve_async
 
-    sockets = [_listen(port), _listen(0)]
+    sockets = [listen("127.0.0.1", port), listen("127.0.0.1", 0)]
     agent_port, control_port = (s.getsockname()[1] for s in sockets)
     agent_token, control_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     config = ServerConfig(
@@ -74,7 +60,7 @@ async def local_sandbox(
     )
     ready = anyio.Event()
     async with anyio.create_task_group() as tg, httpx2.AsyncClient(timeout=60) as http:
-        tg.start_soon(serve_async, config, ready, env, sockets)
+        tg.start_soon(serve_async, config, sockets, ready, env)
         await ready.wait()
         agent_url, control_url = f"http://127.0.0.1:{agent_port}", f"http://127.0.0.1:{control_port}"
         client = EnvClient(http, agent_url, control_url, control_token, agent_token)

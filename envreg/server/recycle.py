@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envreg.protocol import GENERATION_HEADER
+from envreg.server.listen import listen_all
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 RECYCLE_EXIT = 75
 """A child's exit status that asks its parent for a fresh one."""
-BACKLOG = 2048
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DRAIN_SECONDS = 5.0
 """How long a child ending for a recycle waits for the requests it took before the recycle began."""
@@ -100,12 +100,6 @@ class LeaseGuard:
             await self.app(scope, receive, send)
         finally:
             self.lease.in_flight -= 1
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket, bound before any child is forked."""
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    return socket.create_server((host, port), family=family, backlog=BACKLOG)
 
 
 def _writable(function: Any, path: str, _: object) -> None:
@@ -215,7 +209,7 @@ def serve_recyclable(
 ) -> int:
     """Fork children running `serve_child(sockets, generation)`, one after the other, while they end
     for a recycle; returns the exit status of the first that ends otherwise (128 + N for signal N)."""
-    sockets = [listen(host, port) for port in ports]
+    sockets = listen_all(host, ports)  # before any child is forked
     child = generation = stopping = 0
     become_subreaper()
     shm = shared_memory()
