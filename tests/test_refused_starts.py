@@ -53,13 +53,18 @@ def test_an_environment_server_on_a_taken_port_says_so_and_exits_3(taken: int, e
     assert "Traceback" not in done.stderr
 
 
-def test_the_daemon_on_a_taken_port_says_so_and_exits_3(taken: int, tmp_path: Path) -> None:
+SERVICES = {"daemon": ["serve", "--token", "t"], "reward serve": ["reward", "serve"]}
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_a_service_on_a_taken_port_says_so_and_exits_3(taken: int, tmp_path: Path, service: str) -> None:
     pytest.importorskip("fastapi")
-    cmd = [sys.executable, "-m", "envreg.cli.main", "serve", "--port", str(taken), "--token", "t"]
-    environ = {**os.environ, "ENVREG_HOME": str(tmp_path)}
+    cmd = [sys.executable, "-m", "envreg.cli.main", *SERVICES[service], "--port", str(taken)]
+    environ = {**os.environ, "ENVREG_HOME": str(tmp_path), "ENVREG_REWARD_TOKEN": "t"}
     done = subprocess.run(cmd, env=environ, capture_output=True, text=True, timeout=120)
     assert done.returncode == LISTEN_EXIT, done.stderr
     assert f"cannot listen on 127.0.0.1:{taken}" in done.stderr
+    assert "pick another --port" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "daemon.json").exists()
 

@@ -110,9 +110,10 @@ async def serve(config: RewardServerConfig, host: str, port: int, ready: Any = N
     """Serve until cancelled or SIGINT / SIGTERM; `ready(url)` is called once the port is bound."""
     import uvicorn
 
-    from envreg.daemon.serve import bind
+    from envreg.server.listen import listen
 
-    sock = bind(host, port)  # raises OSError naming the address when it is taken
+    sock = listen(host, port)  # `CannotListen` naming the address when it is taken
+    sock.setblocking(False)
     app = create_app(config)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
     async with anyio.create_task_group() as tg:
