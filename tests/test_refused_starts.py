@@ -41,7 +41,9 @@ ENTRIES = {
 
 @pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize("plane", ["agent", "control"])
-def test_an_environment_server_on_a_taken_port_says_so_and_exits_3(taken: int, entry: str, plane: str) -> None:
+def test_an_environment_server_on_a_taken_port_says_so_and_exits_3(
+    taken: int, entry: str, plane: str
+) -> None:
     ports = {"agent": free_port(), "control": free_port(), plane: taken}
     cmd = [sys.executable, "-m", *ENTRIES[entry], COUNTER, "--token", "t"]
     cmd += ["--port", str(ports["agent"]), "--control-port", str(ports["control"])]

@@ -214,7 +214,7 @@ def serve(
     from envreg.reward.score import ScoreOptions
     from envreg.reward.server import RewardServerConfig
     from envreg.reward.server import serve as serve_app
-    from envreg.server.listen import LISTEN_EXIT, CannotListen
+    from envreg.server.listen import LISTEN_EXIT, ONE_PORT_HINT, CannotListen
 
     _check_tier(isolation)
     token, where = _token(token_file, reward_token())
@@ -245,7 +245,7 @@ def serve(
     try:
         anyio.run(serve_app, config, host, port, ready)
     except CannotListen as exc:
-        raise output.fail(exc.message, "stop what holds that port or pick another --port (0: any free one)", LISTEN_EXIT) from None
+        raise output.fail(exc.message, ONE_PORT_HINT, LISTEN_EXIT) from None
     except KeyboardInterrupt:
         pass
 

@@ -177,7 +177,7 @@ def serve(
         raise fail("`envreg serve` needs FastAPI, which the server extra brings", SERVER_HINT) from None
     from envreg.daemon.serve import DaemonConfig, daemon_file, read_daemon_file
     from envreg.daemon.serve import serve as run
-    from envreg.server.listen import LISTEN_EXIT, CannotListen
+    from envreg.server.listen import LISTEN_EXIT, ONE_PORT_HINT, CannotListen
 
     running = read_daemon_file()
     if running is not None and running["pid"] != os.getpid():
@@ -226,7 +226,7 @@ def serve(
     try:
         run(config, ready=ready)
     except CannotListen as exc:
-        raise fail(exc.message, "stop what holds that port or pick another --port (0: any free one)", LISTEN_EXIT) from None
+        raise fail(exc.message, ONE_PORT_HINT, LISTEN_EXIT) from None
 
 
 # run ----------------------------------------------------------------------------------------------

@@ -14,6 +14,10 @@ LISTEN_EXIT = 3
 """Exit status of `envreg serve-env`, `python -m envreg.server` and `envreg daemon` when a port is taken."""
 
 
+ONE_PORT_HINT = "stop what holds that port or pick another --port (0: any free one)"
+"""The hint for a server with one port (the daemon, `envreg reward serve`)."""
+
+
 class CannotListen(EnvregError):
     """A port to serve on is taken (or not ours to bind)."""
 
