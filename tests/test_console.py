@@ -212,6 +212,28 @@ async def test_an_episode_shows_the_reward_envreg_reward_score_gives(
     assert "state diff: calendar" in record and "<td>added</td>" in record
 
 
+FOREIGN_ENV = """
+import pathlib
+pathlib.Path(__file__).with_name("imported").write_text("env.py ran")
+"""
+
+
+async def test_an_episode_naming_a_folder_outside_the_catalog_is_not_scored_and_imports_nothing(
+    client: httpx2.AsyncClient, data: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere" / "bank"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "env.py").write_text(FOREIGN_ENV)
+    item = json.loads((data / "items.jsonl").read_text().splitlines()[0])
+    item["record"] = json.loads(json.dumps(item["record"]).replace('"bank"', json.dumps(str(elsewhere))))
+    (data / "foreign.jsonl").write_text(json.dumps(item) + "\n")
+    await sign_in(client)
+    shown = await page(client, f"/ui/data/{file_ids(await page(client, '/ui/data'))['foreign.jsonl']}/0")
+    assert "could not score" in shown and "is not in this server&#x27;s catalog" in shown, shown[-3000:]
+    assert "name one of those" in shown
+    assert not (elsewhere / "imported").exists(), "the record's folder was imported on the host"
+
+
 async def test_a_validation_report_shows_each_check_and_the_failing_evidence(
     client: httpx2.AsyncClient,
 ) -> None:

@@ -305,7 +305,7 @@ async def test_reward_server_item_errors_name_no_host_path(catalog: Path) -> Non
             assert "no environment 'images/moved'" in errors[2] and "a name under images/" in errors[2]
             assert "no environment './envs/here'" in errors[3]
             for error in errors[4:7]:
-                assert "is not in this reward server's catalog" in error and "--env NAME=FOLDER" in error
+                assert "is not in this server's catalog" in error and "--env NAME=FOLDER" in error
             assert "not valid JSON" in errors[7] and "initial_states" in errors[8]
             for body in (b"{bad", b'{"items": 3}'):
                 response = await client.post("/v1/score", content=body, headers={**auth, **JSON})

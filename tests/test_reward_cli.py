@@ -217,7 +217,7 @@ def test_serve_resolves_environments_only_from_its_catalog(server, items, tmp_pa
     response = httpx2.post(f"{server.url}/v1/score", json={"items": batch}, headers=server.auth, timeout=60)
     assert response.status_code == 200, response.text
     for result in response.json()["results"]:
-        assert "not in this reward server's catalog" in result["error"], result
+        assert "not in this server's catalog" in result["error"], result
     assert not (evil / "imported").exists(), "the record's folder was imported"
 
 

@@ -299,7 +299,7 @@ def create_console(console: Console) -> Starlette:
 
     def scores() -> EpisodeScores:
         if console.scores is None:
-            console.scores = EpisodeScores(console.runtime)
+            console.scores = EpisodeScores(console.runtime, console.catalog.folders())
         return console.scores
 
     async def episode(request: Request) -> Response:

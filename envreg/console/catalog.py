@@ -34,6 +34,12 @@ class Catalog:
             found[manifest.name] = manifest
         return dict(sorted(found.items(), key=lambda kv: (kv[1].domain, kv[0])))
 
+    def folders(self) -> dict[str, str]:
+        """Name -> environment folder, for each manifest whose folder is under `images_dir`."""
+        return {
+            name: str(self.images_dir / name) for name in self.manifests if (self.images_dir / name).is_dir()
+        }
+
     def get(self, name: str) -> Manifest | None:
         return self.manifests.get(name)
 

@@ -1,5 +1,6 @@
 """Rewards of the episodes that store none (records, {record, output} items), scored with `envreg.reward`
-exactly as `envreg reward score` scores them (default options, the local tier), once per episode."""
+exactly as `envreg reward score` scores them (default options, the local tier), once per episode; the served
+console scores only its catalog's environments (a record naming another folder gets nothing of it imported)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import anyio
 from envreg.console.data import kind_of
 from envreg.reward.batch import ScoreItem, score_items
 from envreg.reward.score import Scorer
+
+CATALOG_HINT = "the console scores the environments of its catalog: name one of those"
 
 
 def item_of(row: Any) -> tuple[ScoreItem, bool]:
@@ -27,8 +30,11 @@ def item_of(row: Any) -> tuple[ScoreItem, bool]:
 class EpisodeScores:
     """Breakdowns by (file id, episode index): a rollout's stored one, or one scored on first request."""
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: Any, catalog: dict[str, str] | None = None) -> None:
         self.runtime = runtime
+        self.catalog = catalog
+        """Environment name -> folder: the only environments records may name (the served console's);
+        None: any name or folder, as `envreg reward score` resolves them (`envreg report`)."""
         self._done: dict[tuple[str, int], tuple[dict[str, Any] | None, str | None]] = {}
         self._scorer: Scorer | None = None
         self._lock = anyio.Lock()
@@ -54,7 +60,8 @@ class EpisodeScores:
         except Exception as exc:
             return None, f"not a scorable line: {exc}"
         if self._scorer is None:
-            self._scorer = Scorer(self.runtime, isolation="local")
+            hint = None if self.catalog is None else CATALOG_HINT
+            self._scorer = Scorer(self.runtime, isolation="local", sources=self.catalog, only_sources=hint)
         (result,) = await score_items(self._scorer, [item], anyio.CapacityLimiter(1), oracle=oracle)
         if result.result is None:
             return None, result.error or "no result"

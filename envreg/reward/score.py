@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -151,16 +151,17 @@ class Scorer:
         *,
         isolation: str = "local",
         options: ScoreOptions | None = None,
-        sources: dict[str, str | Environment] | None = None,
-        only_sources: bool = False,
+        sources: Mapping[str, str | Environment] | None = None,
+        only_sources: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.isolation = isolation
         self.options = options or ScoreOptions()
         self.sources = dict(sources or {})  # environment name -> Environment, folder or image reference
         self.only_sources = only_sources
-        """Resolve only the names in `sources` (a server's catalog): a record naming anything else, a
-        path like ``../somewhere/env`` included, is refused and nothing of it is imported."""
+        """Where set, `sources` is a server's whole catalog and this says how to add to it: a record naming
+        anything else, a path like ``../somewhere/env`` included, is refused (this is the refusal's hint)
+        and nothing of it is imported."""
         self._idle: dict[str, list[Sandbox]] = defaultdict(list)
         self._tools: dict[str, dict[str, dict[str, Any]]] = {}
         self._code: dict[str, Any] = {}
@@ -246,11 +247,11 @@ class Scorer:
         """Where the environment a record names comes from (`sources`, else the name itself)."""
         if env in self.sources:
             return self.sources[env]
-        if self.only_sources:
+        if self.only_sources is not None:
             known = ", ".join(sorted(self.sources)[:20]) or "none"
             raise EnvironmentNotFound(
-                f"environment {env[:80]!r} is not in this reward server's catalog (known: {known}); "
-                "name one of those, or restart the server with --env NAME=FOLDER"
+                f"environment {env[:80]!r} is not in this server's catalog (known: {known})",
+                self.only_sources,
             )
         return env
 

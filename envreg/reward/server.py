@@ -63,6 +63,9 @@ def catalog(config: RewardServerConfig) -> dict[str, str]:
     return {**found, **config.sources}
 
 
+CATALOG_HINT = "name one of those, or restart the server with --env NAME=FOLDER"
+
+
 class BodyLimit:
     """ASGI middleware: a request body over `limit` bytes gets 413 before the app reads it."""
 
@@ -140,8 +143,8 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
                 runtime,
                 isolation=config.isolation,
                 options=config.options,
-                sources=sources,  # pyright: ignore[reportArgumentType]
-                only_sources=True,
+                sources=sources,
+                only_sources=CATALOG_HINT,
             )
             yield
             return
@@ -150,8 +153,8 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
                 rt,
                 isolation=config.isolation,
                 options=config.options,
-                sources=sources,  # pyright: ignore[reportArgumentType]
-                only_sources=True,
+                sources=sources,
+                only_sources=CATALOG_HINT,
             )
             yield
             await state["scorer"].close()

@@ -115,7 +115,7 @@ def _scorer(portal: Any, isolation: str, envs: dict[str, str]) -> Scorer:
     key = isolation + repr(sorted(envs.items()))
     with _lock:
         if key not in _scorers:
-            _scorers[key] = Scorer(_runtime, isolation=isolation, sources=envs)  # pyright: ignore[reportArgumentType]
+            _scorers[key] = Scorer(_runtime, isolation=isolation, sources=envs)
         return _scorers[key]
 
 
