@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, NaiveDatetime
 
 from envreg.canonical import sha256_hex
 from envreg.env.cow import Committed
+from envreg.env.set_order import set_fixer
 
 DEFAULT_EPOCH = datetime(2026, 1, 5, 9, 0, 0)
 
@@ -26,12 +27,15 @@ def _no_constants(name: str) -> None:
 
 def _canonical_text(state: BaseModel) -> str:
     """`canonical_json(state.to_json())`, byte for byte, without walking the data in Python: pydantic
-    writes compact JSON, the C parser reads it back (integral floats as integers), the C encoder sorts."""
+    writes compact JSON, the C parser reads it back (integral floats as integers), the C encoder sorts
+    the keys; the items of set fields are sorted (`envreg.env.set_order`)."""
     data = json.loads(
         pydantic_core.to_json(state, inf_nan_mode="constants"),
         parse_float=_canonical_float,
         parse_constant=_no_constants,
     )
+    if (fix := set_fixer(type(state))) is not None:
+        data = fix(data)
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -63,8 +67,10 @@ class EnvState(BaseModel):
         return self.now
 
     def to_json(self) -> dict[str, Any]:
-        """The state as plain JSON data."""
-        return self.model_dump(mode="json")
+        """The state as plain JSON data (set fields as sorted lists)."""
+        data = self.model_dump(mode="json")
+        fix = set_fixer(type(self))
+        return data if fix is None else fix(data)
 
     def canonical(self, *, cached: bool = True) -> str:
         """Canonical JSON text of the state (computed once for a committed state, which never changes).
