@@ -175,6 +175,73 @@ def test_a_save_scenario_that_does_not_round_trip_is_reported(tmp_path: Path) ->
     assert "changes on dump -> load -> dump at /scenario/nextId" in checks["state round-trip"]["evidence"]
 
 
+def test_a_file_whose_load_scenario_refuses_its_own_save_keeps_the_objects_attributes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report = inspect(tmp_path, "clinic")
+    assert report["ok"] and report["state"] == "attributes", report.get("problem")
+    assert any("its load_scenario refuses what its save_scenario writes" in n for n in report["notes"])
+    assert all(c["passed"] for c in report["checks"]), report["checks"]
+    env = ef.serve(EF / "clinic_tools.py", EF / "clinic_tools.json", state="attributes").env
+    one, two = env.instance(), env.instance()
+    booked = one.call_tool("book", {"patient": "ana", "at": "2026-01-05T10:00:00", "room": 2})
+    assert booked.value == {"appointment_id": "A001", "room": "south"}
+    held = one.state.to_json()["attributes"]
+    assert held["current_time"] == "", "kept as the object held it, though its own model refuses it"
+    assert held["appointments"]["A001"]["$model"] == "Appointment"
+    assert held["appointments"]["A001"]["fields"]["at"] == {"$datetime": "2026-01-05T10:00:00"}
+    assert held["patients"] == {"$set": ["ana", "ben"]} and held["last"] == {"$tuple": ["ana", 2]}
+    assert held["rooms"] == {"$dict": [[1, "north"], [2, "south"]]}
+    assert held["by_patient"] == {"$defaultdict": "list", "items": {"ana": ["A001"]}}
+    before = one.state.to_json()
+    refused = one.call_tool("book", {"patient": "zoe", "at": "2026-01-05T11:00:00"})
+    assert refused.error == "Error executing tool book: unknown patient zoe" and one.state.to_json() == before
+    assert one.call_tool("cancel", {"appointment_id": "A001"}).value["status"] == "cancelled"
+    assert two.call_tool("appointments_of", {"patient": "ana"}).text == "", "the other conversation has none"
+    reloaded = env.parse_state(json.loads(one.state.canonical()))
+    assert reloaded.canonical() == one.state.canonical()
+    live = reloaded.live().obj
+    assert live.appointments["A001"].status is type(live.appointments["A001"].status).CANCELLED
+    assert live.appointments["A001"].at.hour == 10 and live.by_patient["ben"] == [], "a defaultdict again"
+    assert one.call_tool("appointments_of", {"patient": "ana"}).value == ["A001"]
+    folder = tmp_path / "images" / "clinic"
+    files = {f"clinic_tools{s}": (EF / f"clinic_tools{s}").read_bytes() for s in (".py", ".json")}
+    options = {"name": "clinic", "version": "1.0.0", "domain": "health"}
+    write_folder(
+        folder, files, tool="clinic_tools.py", metadata="clinic_tools.json", report=report, **options
+    )
+    assert "state='attributes'" in (folder / "env.py").read_text()
+    assert json.loads((folder / "foreign.json").read_text())["state"] == "attributes"
+    monkeypatch.setenv("ENVREG_FOREIGN_CODE", "allow")
+    _load.cache_clear()
+    imported = load_environment(folder)
+    assert imported.initial_state().to_json()["attributes"]["current_time"] == ""
+    assert imported.instance().call_tool("register", {"patient": "cy"}).value == {
+        "patients": ["ana", "ben", "cy"]
+    }
+
+
+def test_object_json_refuses_what_it_cannot_rebuild() -> None:
+    import threading
+    from types import ModuleType
+
+    from envreg.adapters import object_json
+
+    module = ModuleType("foreign_file")
+    with pytest.raises(
+        object_json.NoJsonForm, match=r"api\.lock is a _thread\.lock: only the file's own classes"
+    ):
+        object_json.encode({"lock": threading.Lock()}, module, "api")
+    with pytest.raises(object_json.NoJsonForm, match="only the file's own classes"):
+        object_json.encode({"path": Path("/tmp")}, module, "api")
+    with pytest.raises(object_json.NoJsonForm, match="JSON cannot hold"):
+        object_json.encode({"x": float("nan")}, module, "api")
+    with pytest.raises(object_json.NoJsonForm, match="the file has no such class"):
+        object_json.decode({"$model": "Missing", "fields": {}}, module)
+    exact = {"$key": 1, 2: (3, frozenset({5, 4}))}
+    assert object_json.decode(object_json.encode(exact, module), module) == exact
+
+
 def test_a_seed_the_class_refuses_is_a_clear_problem(tmp_path: Path) -> None:
     report = inspect(tmp_path, "bookings", seed={"hotels": {"H1": {"hotel_id": "H1"}}})
     assert not report["ok"]

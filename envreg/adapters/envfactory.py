@@ -47,7 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Any, get_args, get_origin
+from typing import Annotated, Any, ClassVar, get_args, get_origin
 
 import pydantic_core
 from jsonschema import Draft202012Validator
@@ -55,6 +55,7 @@ from jsonschema.exceptions import best_match
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, WithJsonSchema, create_model
 from pydantic.json_schema import GenerateJsonSchema
 
+from envreg.adapters import object_json
 from envreg.adapters.pyclass import UNKNOWN_EFFECTS, ClassEnvironment, class_environment, no_network
 from envreg.env import Environment, Tool, ToolError, ToolResult
 from envreg.env.tool import ToolModels
@@ -288,6 +289,8 @@ class ScenarioForm:
     """An EnvFactory object's state: ``save_scenario()`` as JSON (and the module globals the tools keep)."""
 
     binding: Binding
+    key: ClassVar[str] = "scenario"
+    about: ClassVar[str] = "What the class's save_scenario() returns; its load_scenario() takes it back."
 
     @property
     def cls(self) -> type:
@@ -295,7 +298,7 @@ class ScenarioForm:
 
     @property
     def fields(self) -> dict[str, str]:
-        fields = {"scenario": "What the class's save_scenario() returns; its load_scenario() takes it back."}
+        fields = {self.key: self.about}
         if self.binding.module_state:
             fields["module"] = "Module globals the tool functions assign: " + ", ".join(
                 self.binding.module_state
@@ -311,25 +314,16 @@ class ScenarioForm:
         return Live(self.cls(), copy.deepcopy(self.binding.module_state))
 
     def dump(self, live: Live) -> dict[str, Any]:
-        with no_network("save_scenario"):
-            saved = live.obj.save_scenario()
-        if not isinstance(saved, dict):
-            raise ValueError(f"save_scenario() returned a {type(saved).__name__}, not a dict")
-        out = {"scenario": as_json(saved)}
+        out = {self.key: self.dump_object(live.obj)}
         if self.binding.module_state:
             out["module"] = as_json(live.module_state)
         return out
 
     def load(self, data: dict[str, Any]) -> Live:
-        scenario = data.get("scenario")
-        if not isinstance(scenario, dict):
-            raise ValueError('the state is {"scenario": <what load_scenario takes>}')
-        obj = self.cls()
-        try:
-            with no_network("load_scenario"):
-                obj.load_scenario(copy.deepcopy(scenario))
-        except Exception as exc:
-            raise ValueError(f"load_scenario refused it: {type(exc).__name__}: {exc}") from None
+        held = data.get(self.key)
+        if not isinstance(held, dict):
+            raise ValueError(f'the state is {{"{self.key}": {{...}}}}: {self.about}')
+        obj = self.load_object(held)
         module_state = copy.deepcopy(self.binding.module_state)
         given = data.get("module") or {}
         unknown = sorted(set(given) - set(module_state))
@@ -337,6 +331,54 @@ class ScenarioForm:
             raise ValueError(f"module: unknown globals {', '.join(unknown)}")
         module_state.update(copy.deepcopy(given))
         return Live(obj, module_state)
+
+    def dump_object(self, obj: Any) -> dict[str, Any]:
+        with no_network("save_scenario"):
+            saved = obj.save_scenario()
+        if not isinstance(saved, dict):
+            raise ValueError(f"save_scenario() returned a {type(saved).__name__}, not a dict")
+        return as_json(saved)
+
+    def load_object(self, held: dict[str, Any]) -> Any:
+        obj = self.cls()
+        try:
+            with no_network("load_scenario"):
+                obj.load_scenario(copy.deepcopy(held))
+        except Exception as exc:
+            raise ValueError(f"load_scenario refused it: {type(exc).__name__}: {exc}") from None
+        return obj
+
+
+@dataclass(frozen=True)
+class AttributeForm(ScenarioForm):
+    """An EnvFactory object's state as the attributes it holds (`envreg.adapters.object_json`), for files whose
+    ``load_scenario`` refuses what their ``save_scenario`` writes: the object is rebuilt without calling
+    either, so it holds exactly what it held (EnvFactory's own server never reloads its object)."""
+
+    key: ClassVar[str] = "attributes"
+    about: ClassVar[str] = (
+        "The object's attributes as JSON (envreg.adapters.object_json); rebuilt as they were."
+    )
+
+    def dump_object(self, obj: Any) -> dict[str, Any]:
+        try:
+            return object_json.encode(dict(vars(obj)), self.binding.module, type(obj).__name__)
+        except object_json.NoJsonForm as exc:
+            raise ValueError(str(exc)) from None
+
+    def load_object(self, held: dict[str, Any]) -> Any:
+        cls: Any = self.cls
+        obj = cls.__new__(cls)
+        try:
+            vars(obj).update(object_json.decode(held, self.binding.module))
+        except object_json.NoJsonForm as exc:
+            raise ValueError(str(exc)) from None
+        return obj
+
+
+STATE_FORMS: dict[str, type[ScenarioForm]] = {"scenario": ScenarioForm, "attributes": AttributeForm}
+"""How an imported file's state is kept: `serve(..., state=...)`; `envreg import envfactory` picks
+"attributes" where the object's own save_scenario() output does not load back."""
 
 
 @contextmanager
@@ -536,8 +578,12 @@ def serve(
     version: str = "1.0.0",
     domain: str = "general",
     volatile: list[str] | None = None,
+    state: str = "scenario",
 ) -> Served:
-    """The environment serving a tool file's ``@mcp.tool`` functions, and what differs from its metadata."""
+    """The environment serving a tool file's ``@mcp.tool`` functions, and what differs from its metadata;
+    `state` is the form its state is kept in (`STATE_FORMS`)."""
+    if state not in STATE_FORMS:
+        raise ImportProblem(f"state={state!r}: the state forms are {', '.join(STATE_FORMS)}")
     tool_file, metadata_file = Path(tool_file), Path(metadata_file)
     meta = read_metadata(metadata_file)
     module = load_module(tool_file)
@@ -565,7 +611,7 @@ def serve(
     env = class_environment(
         ClassEnvironment(
             name=name or kebab(meta.class_name),
-            form=ScenarioForm(binding),
+            form=STATE_FORMS[state](binding),
             methods=[],
             version=version,
             description=meta.description,

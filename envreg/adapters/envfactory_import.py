@@ -153,15 +153,10 @@ def inspect_tool_file(work: Path, payload: dict[str, Any]) -> dict[str, Any]:
 
     logging.getLogger("envreg.env").setLevel(logging.ERROR)
     tool_file, metadata_file = work / payload["tool"], work / payload["metadata"]
+    options = {k: payload[k] for k in ("name", "version", "domain")}
     try:
         source = ef.check_syntax(tool_file)
-        served = ef.serve(
-            tool_file,
-            metadata_file,
-            name=payload["name"],
-            version=payload["version"],
-            domain=payload["domain"],
-        )
+        served = ef.serve(tool_file, metadata_file, **options)
     except ef.ImportProblem as exc:
         return {"ok": False, "problem": str(exc)}
     env, binding = served.env, served.binding
@@ -170,6 +165,7 @@ def inspect_tool_file(work: Path, payload: dict[str, Any]) -> dict[str, Any]:
         "class": binding.cls.__name__,
         "object": binding.name,
         "metadata_class": served.metadata.class_name,
+        "state": "scenario",
         "tools": [t["name"] for t in env.list_tools()],
         "notes": served.notes,
         "network": ef.network_imports(source),
@@ -178,11 +174,31 @@ def inspect_tool_file(work: Path, payload: dict[str, Any]) -> dict[str, Any]:
     initial = {"scenario": seed} if seed is not None else env.seed
     try:
         first = env.parse_state(initial).to_json()
+        again = env.parse_state(json.loads(canonical_json(first))).to_json()
     except ValueError as exc:
-        whose = "the seed given" if seed is not None else "the state of a new object (its save_scenario())"
-        hint = "" if seed is not None else "; give a seed it loads (--seed)"
-        return {**report, "ok": False, "problem": f"{whose} does not load: {_reason(exc)}{hint}"}
-    again = env.parse_state(json.loads(canonical_json(first))).to_json()
+        refused = _reason(exc)
+        # the file's load_scenario refuses the seed or what its own save_scenario wrote of it: where the
+        # seed itself loads, the state is what the object holds (EnvFactory's server never reloads it)
+        served = ef.serve(tool_file, metadata_file, **options, state="attributes")
+        scenario_form = ef.ScenarioForm(served.binding)
+        try:
+            live = scenario_form.load(initial) if seed is not None else scenario_form.new()
+            env, initial = served.env, ef.AttributeForm(served.binding).dump(live)
+            first = env.parse_state(initial).to_json()
+            again = env.parse_state(json.loads(canonical_json(first))).to_json()
+        except ValueError:
+            whose = (
+                "the seed given" if seed is not None else "the state of a new object (its save_scenario())"
+            )
+            hint = "" if seed is not None else "; give a seed it loads (--seed)"
+            return {**report, "ok": False, "problem": f"{whose} does not load: {refused}{hint}"}
+        report["state"] = "attributes"
+        report["notes"].append(
+            f"its load_scenario refuses what its save_scenario writes ({refused}): the state is the object's "
+            "attributes, rebuilt as they were"
+        )
+    if seed is not None:
+        report["seed_state"] = initial
     report["round_trip"] = (
         None
         if canonical_json(first) == canonical_json(again)
@@ -213,7 +229,9 @@ from pathlib import Path
 from envreg.adapters.envfactory import environment
 
 HERE = Path(__file__).parent
-env = environment(HERE / {tool!r}, HERE / {metadata!r}, name={name!r}, version={version!r}, domain={domain!r})
+env = environment(
+    HERE / {tool!r}, HERE / {metadata!r}, name={name!r}, version={version!r}, domain={domain!r}{state}
+)
 '''
 
 
@@ -231,6 +249,7 @@ def write_folder(
     scenarios: dict[str, bytes] | None = None,
 ) -> list[Path]:
     """Write the environment folder: `files` byte for byte, env.py, the foreign marker, seed.json, scenarios."""
+    state = report.get("state", "scenario")
     folder.mkdir(parents=True, exist_ok=True)
     written = []
 
@@ -251,13 +270,21 @@ def write_folder(
             name=name,
             version=version,
             domain=domain,
+            state="" if state == "scenario" else f", state={state!r}",
             marker=FOREIGN_MARKER,
         ).encode(),
     )
-    marker = {"kind": "envfactory", "tool_file": tool, "metadata": metadata, "class": report["class"]}
+    marker = {
+        "kind": "envfactory",
+        "tool_file": tool,
+        "metadata": metadata,
+        "class": report["class"],
+        "state": state,
+    }
     put(FOREIGN_MARKER, (json.dumps(marker, indent=2) + "\n").encode())
-    if seed is not None:
-        put("seed.json", (json.dumps({"scenario": seed}, indent=2, ensure_ascii=False) + "\n").encode())
+    if seed is not None:  # in the form the state is kept in (the report's, once the seed was loaded)
+        seed_state = report.get("seed_state", {"scenario": seed})
+        put("seed.json", (json.dumps(seed_state, indent=2, ensure_ascii=False) + "\n").encode())
     for rel, data in (scenarios or {}).items():
         put(f"scenarios/{rel}", data)
     recorded = json.dumps(report["recorded"], indent=2, ensure_ascii=False) + "\n"
