@@ -167,6 +167,12 @@ def test_uuid4_ids_are_reported_and_left_out_of_the_recorded_scenario(tmp_path: 
     )
 
 
+def test_a_result_that_depends_on_the_hash_seed_is_reported_and_left_out(tmp_path: Path) -> None:
+    report = inspect(tmp_path, "hashed")
+    assert report["nondeterministic"] == [{"tool": "code_for", "differs": "result under another hash seed"}]
+    assert [s["tool"] for s in report["recorded"]["steps"]] == ["count"]
+
+
 def test_a_save_scenario_that_does_not_round_trip_is_reported(tmp_path: Path) -> None:
     scenario = json.loads((EF / "lossy_scenarios" / "three_notes.json").read_text())
     report = inspect(tmp_path, "lossy", scenarios=[scenario])
@@ -219,6 +225,21 @@ def test_a_file_whose_load_scenario_refuses_its_own_save_keeps_the_objects_attri
     assert imported.instance().call_tool("register", {"patient": "cy"}).value == {
         "patients": ["ana", "ben", "cy"]
     }
+
+
+def test_calls_work_on_the_object_as_it_was_not_one_reloaded_by_load_scenario() -> None:
+    env = served("prices").env
+    sandbox = env.instance({"scenario": {"items": {"tea": {"name": "tea"}}}})
+    first = sandbox.call_tool("get_item", {"name": "tea"})
+    assert json.loads(first.text) == {"name": "tea", "price": 0} and '"price": 0\n' in first.text, (
+        "the integer default EnvFactory's server answers, not the 0.0 a reload makes of it"
+    )
+    renamed = sandbox.call_tool("rename", {"name": "tea", "new_name": "green tea"})
+    assert '"price": 0\n' in renamed.text, "and so on, call after call"
+    before = sandbox.state.to_json()
+    assert sandbox.call_tool("rename", {"name": "tea", "new_name": "x"}).is_error
+    assert sandbox.state.to_json() == before, "a failing call worked on a copy"
+    assert sandbox.call_tool("get_item", {"name": "green tea"}).value == {"name": "green tea", "price": 0}
 
 
 def test_object_json_refuses_what_it_cannot_rebuild() -> None:

@@ -290,6 +290,10 @@ class ScenarioForm:
 
     binding: Binding
     key: ClassVar[str] = "scenario"
+    keeps_objects: ClassVar[bool] = True
+    """A call works on a copy of the object the state was dumped from, not one reloaded by
+    load_scenario: what a reload would change (an integer default of a float field read back as a float)
+    stays as EnvFactory's server, which never reloads, has it."""
     about: ClassVar[str] = "What the class's save_scenario() returns; its load_scenario() takes it back."
 
     @property
@@ -356,6 +360,7 @@ class AttributeForm(ScenarioForm):
     either, so it holds exactly what it held (EnvFactory's own server never reloads its object)."""
 
     key: ClassVar[str] = "attributes"
+    keeps_objects: ClassVar[bool] = False  # rebuilt exactly from its JSON
     about: ClassVar[str] = (
         "The object's attributes as JSON (envreg.adapters.object_json); rebuilt as they were."
     )

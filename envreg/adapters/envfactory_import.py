@@ -13,6 +13,10 @@ the files byte for byte into the folder, nothing outside it.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +100,16 @@ def _run(
     return trace
 
 
-def record_scenario(env: Environment, initial: dict[str, Any]) -> tuple[Scenario, list[dict[str, str]]]:
-    """One call of each tool on `initial`, replayed twice; calls whose result or state differs between the two
-    runs are left out (and returned, with what differed)."""
+Calls = list[tuple[str, dict[str, Any]]]
+Trace = list[tuple[str, str]]
+
+
+def record_scenario(
+    env: Environment, initial: dict[str, Any], elsewhere: Callable[[Calls], Trace] | None = None
+) -> tuple[Scenario, list[dict[str, str]]]:
+    """One call of each tool on `initial`, replayed twice (and by `elsewhere`: in another process, under
+    another hash seed); calls whose result or state differs between the runs are left out (and returned,
+    with what differed)."""
     seed = initial.get("scenario", initial)
     calls = [(t["name"], seed_arguments(t, seed)) for t in env.list_tools()]
     dropped: list[dict[str, str]] = []
@@ -108,11 +119,18 @@ def record_scenario(env: Environment, initial: dict[str, Any]) -> tuple[Scenario
     calls = [c for c in calls if c[0] not in {d["tool"] for d in dropped}]
     while calls:
         first, second = _run(env, initial, calls), _run(env, initial, calls)
-        index = next((i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b), None)
-        if index is None:
+        runs = [(second, "")] + ([(elsewhere(calls), " under another hash seed")] if elsewhere else [])
+        differing = [
+            (i, other, where)
+            for other, where in runs
+            for i, (a, b) in enumerate(zip(first, other, strict=True))
+            if a != b
+        ]
+        if not differing:
             break
-        what = "result" if first[index][0] != second[index][0] else "state after it"
-        dropped.append({"tool": calls[index][0], "differs": what})
+        index, other, where = min(differing, key=lambda d: d[0])
+        what = "result" if first[index][0] != other[index][0] else "state after it"
+        dropped.append({"tool": calls[index][0], "differs": what + where})
         del calls[index]
     instance = env.instance(initial)
     steps = []
@@ -133,6 +151,57 @@ def record_scenario(env: Environment, initial: dict[str, Any]) -> tuple[Scenario
         final_state=instance.state.to_json(),
     )
     return scenario, dropped
+
+
+def _hash_seed_elsewhere() -> str:
+    """A hash seed other than this process's (`PYTHONHASHSEED`; unset or "random": any fixed one)."""
+    mine = os.environ.get("PYTHONHASHSEED", "random")
+    return str(int(mine) + 1) if mine.isdigit() else "0"
+
+
+def other_process(tool_file: Path, metadata_file: Path, options: dict[str, Any], initial: dict[str, Any]):
+    """A runner of `_run` in a new Python process under another hash seed (`hash()` of strings, the order
+    of sets): what differs there would differ between two starts of the environment's server."""
+
+    def run(calls: Calls) -> Trace:
+        request = {
+            "tool_file": str(tool_file),
+            "metadata_file": str(metadata_file),
+            "options": options,
+            "initial": initial,
+            "calls": calls,
+        }
+        environ = {
+            **os.environ,
+            "PYTHONHASHSEED": _hash_seed_elsewhere(),
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "envreg.adapters.envfactory_import"],
+            input=json.dumps(request),
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"the replay in another process failed: {done.stderr.strip()[-400:]}")
+        return [tuple(step) for step in json.loads(done.stdout)]  # type: ignore[misc]
+
+    return run
+
+
+def _replay_main() -> None:
+    """`python -m envreg.adapters.envfactory_import`: `_run` of the request on stdin, the trace on stdout."""
+    import logging
+
+    from envreg.adapters import envfactory as ef
+
+    logging.getLogger("envreg.env").setLevel(logging.ERROR)
+    request = json.load(sys.stdin)
+    served = ef.serve(Path(request["tool_file"]), Path(request["metadata_file"]), **request["options"])
+    calls = [(tool, arguments) for tool, arguments in request["calls"]]
+    json.dump(_run(served.env, request["initial"], calls), sys.stdout)
 
 
 # ------------------------------------------------------------------------------ inside the sandbox
@@ -204,7 +273,8 @@ def inspect_tool_file(work: Path, payload: dict[str, Any]) -> dict[str, Any]:
         if canonical_json(first) == canonical_json(again)
         else f"save_scenario()'s output does not load back the same: it changes at {first_difference(first, again)}"
     )
-    recorded, dropped = record_scenario(env, first)
+    elsewhere = other_process(tool_file, metadata_file, {**options, "state": report["state"]}, first)
+    recorded, dropped = record_scenario(env, first, elsewhere)
     report["recorded"] = recorded.model_dump(mode="json", exclude_none=True)
     report["nondeterministic"] = dropped
     scenarios = [Scenario.model_validate(s) for s in payload.get("scenarios", [])]
@@ -290,3 +360,7 @@ def write_folder(
     recorded = json.dumps(report["recorded"], indent=2, ensure_ascii=False) + "\n"
     put(f"scenarios/{RECORDED}.json", recorded.encode())
     return written
+
+
+if __name__ == "__main__":
+    _replay_main()

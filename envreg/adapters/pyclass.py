@@ -12,6 +12,7 @@ Schema, strictly) and reach the method as they came; results become JSON.
 from __future__ import annotations
 
 import contextvars
+import copy
 import decimal
 import enum
 import math
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from jsonschema import Draft202012Validator
-from pydantic import Field, NaiveDatetime, model_validator
+from pydantic import Field, NaiveDatetime, PrivateAttr, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from envreg.canonical import canonical_json
@@ -89,6 +90,9 @@ class ForeignState(EnvState):
     id_counters: SkipJsonSchema[dict[str, int]] = Field(default_factory=dict, exclude=True)
 
     form: ClassVar[StateForm]
+    _kept: tuple[Any, tuple[Any, ...]] | None = PrivateAttr(default=None)
+    """Where the form keeps objects: the object this state was dumped from, and the field values it was
+    dumped to (a state whose fields hold other JSON rebuilds its object)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -104,18 +108,35 @@ class ForeignState(EnvState):
         # The state is what the object holds once it has loaded the data: the control plane's dump
         # is the class's own dump, and a dump that does not load back shows at once.
         try:
-            dumped = self.form.dump(self.live())
+            live = self.form.load({name: getattr(self, name) for name in self.form.fields})
+            dumped = self.form.dump(live)
         except ValueError as exc:
             raise ValueError(
                 f"the {type(self).__name__.removesuffix('State')} object cannot load it: {exc}"
             ) from None
         for name, value in dumped.items():
             self.__dict__[name] = value
+        self._keep(live)
         return self
 
     def live(self) -> Any:
-        """A new object rebuilt from this state."""
+        """A new object holding this state: a copy of the object it was dumped from where the form keeps
+        objects (`keeps_objects`: exactly what the object held, as a server that never reloads it has),
+        else one rebuilt from the JSON."""
+        kept = self._kept
+        if kept is not None and all(a is b or a == b for a, b in zip(kept[1], self._fields(), strict=True)):
+            try:
+                return copy.deepcopy(kept[0])
+            except Exception:  # an object that cannot be copied is rebuilt
+                pass
         return self.form.load({name: getattr(self, name) for name in self.form.fields})
+
+    def _fields(self) -> tuple[Any, ...]:
+        return tuple(self.__dict__.get(name) for name in self.form.fields)
+
+    def _keep(self, obj: Any) -> None:
+        if getattr(self.form, "keeps_objects", False):
+            self._kept = (obj, self._fields())
 
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> ForeignState:
         # The JSON inside is never changed in place (a call replaces it whole, a load copies what it
@@ -126,6 +147,7 @@ class ForeignState(EnvState):
         """Replace this state with what `obj` holds."""
         for name, value in self.form.dump(obj).items():
             setattr(self, name, value)
+        self._keep(obj)
 
 
 def _copy_json(value: Any) -> Any:
