@@ -53,16 +53,26 @@ def latency_problems(per_tool: dict[str, list[float]], limit_ms: int) -> tuple[l
     return problems, evidence
 
 
-@check("budgets.latency", "The 95th percentile of the scenarios' call latencies is within the budget.")
+@check(
+    "budgets.latency",
+    "The 95th percentile of the scenarios' call latencies is within the budget (each call's best of its two "
+    "plays, on container 1 and on container 2).",
+)
 async def latency(ctx: Context) -> Outcome:
-    runs = await ctx.runs()
+    runs, replays = await ctx.runs(), await ctx.replays()
     per_tool: dict[str, list[float]] = defaultdict(list)
-    for run in runs.scenarios:
-        for step in run.steps:
-            per_tool[step.tool].append(step.ms)
+    for index, run in enumerate(runs.scenarios):
+        again = replays[index].steps if index < len(replays) else []
+        for n, step in enumerate(run.steps):
+            # a stall of the host in one play is not the environment's latency; a call slow in both is
+            same = n < len(again) and again[n].tool == step.tool
+            per_tool[step.tool].append(min(step.ms, again[n].ms) if same else step.ms)
     if not per_tool:
         return skipped("no calls in the scenarios")
     budgets, declared = ctx.budgets
     problems, evidence = latency_problems(per_tool, budgets.call_ms)
-    evidence.insert(0, f"budget: p95 within {budgets.call_ms:,} ms ({_source(declared)}), host to container")
+    evidence.insert(
+        0,
+        f"budget: p95 within {budgets.call_ms:,} ms ({_source(declared)}), host to container, best of two plays",
+    )
     return verdict(problems, evidence[1].split(":", 1)[1].strip(), "calls over budget", evidence)
