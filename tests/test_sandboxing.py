@@ -155,40 +155,6 @@ def test_an_import_that_runs_past_its_timeout_is_stopped(base_image: str, tmp_pa
     assert not (tmp_path / "images").exists()
 
 
-def test_a_sandbox_removed_while_it_runs_is_a_clear_error(
-    base_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import docker
-
-    import envreg.sandboxing
-
-    monkeypatch.setattr(envreg.sandboxing.secrets, "token_hex", lambda _: "removedmidrun")
-    client = docker.from_env()
-    gone = threading.Event()
-
-    def remove_it() -> None:  # as `envreg gc --all` would, once the container runs
-        while not gone.is_set():
-            try:
-                container = client.containers.get("envreg-sandbox-removedmidrun")
-            except docker.errors.NotFound:
-                gone.wait(0.1)
-                continue
-            if container.status == "running":
-                container.remove(force=True)
-                gone.set()
-            else:
-                gone.wait(0.1)
-
-    remover = threading.Thread(target=remove_it, daemon=True)
-    remover.start()
-    payload = {"tool": "spin.py", "metadata": "m.json", "name": "spin", "version": "1", "domain": "x"}
-    files = {"spin.py": b"while True:\n    pass\n", "m.json": (EF / "bookings_tools.json").read_bytes()}
-    with pytest.raises(SandboxFailed, match="was removed while it ran") as caught:
-        run_isolated("envreg.adapters.envfactory_import:inspect_tool_file", payload, files=files, timeout=120)
-    gone.set()
-    assert "run it again" in (caught.value.hint or "")
-
-
 @pytest.mark.slow
 def test_an_imported_file_builds_into_an_image_that_envreg_validate_passes(
     base_image: str, tmp_path: Path
