@@ -13,15 +13,26 @@ def _check_numbers(value: Any) -> None:
         raise ValueError(f"canonical JSON has no form for the number {value!r}")
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: Any, *, normalized: bool = False) -> str:
     """Serialize `value` with sorted keys, no whitespace, UTF-8 text and shortest round-trip floats.
 
     Integral floats are written as integers (``1.0`` -> ``1``) so that a value read back from
-    JSON by any language hashes the same.
+    JSON by any language hashes the same. `normalized`: `value` is already `canonical_value`'s
+    output, which spares a second walk over it.
     """
     return json.dumps(
-        _normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        value if normalized else _normalize(value),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
     )
+
+
+def canonical_value(value: Any) -> Any:
+    """A fresh copy of `value` as canonical JSON reads back: string keys, lists for tuples, integral floats
+    as integers; a value JSON has no form for is a `TypeError` (`ValueError` for NaN and infinities)."""
+    return _normalize(value)
 
 
 def _normalize(value: Any) -> Any:
@@ -33,7 +44,10 @@ def _normalize(value: Any) -> Any:
         _check_numbers(value)
         if value.is_integer() and abs(value) < 2**53:
             return int(value)
-    return value
+        return value
+    if value is None or isinstance(value, str | int):
+        return value
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def sha256_hex(data: str | bytes) -> str:

@@ -14,6 +14,8 @@ from typing import Any
 import httpx2
 from servers import free_port
 
+from envreg.http import ssl_context
+
 
 @dataclass
 class DaemonProcess:
@@ -56,7 +58,9 @@ class DaemonProcess:
         headers = {"authorization": f"Bearer {self.token if token is None else token}"}
         if token == "":
             headers = {}
-        return httpx2.request(method, self.url + path, json=body, headers=headers, timeout=120)
+        return httpx2.request(
+            method, self.url + path, json=body, headers=headers, timeout=120, verify=ssl_context()
+        )
 
     def ok(self, method: str, path: str, body: Any = None, status: int = 200) -> Any:
         response = self.request(method, path, body)

@@ -7,8 +7,10 @@ from typing import Any
 
 import httpx2
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from envreg.env.scenario import CallOutcome
+from envreg.http import ssl_context
 
 ERAS = {"2026-07-28": "2026-07-28", "2025-11-25": "legacy"}
 
@@ -16,15 +18,9 @@ ERAS = {"2026-07-28": "2026-07-28", "2025-11-25": "legacy"}
 @asynccontextmanager
 async def mcp_client(url: str, era: str, token: str | None = None):
     """A connected `mcp.Client` at `url`, speaking the given protocol era."""
-    mode = ERAS[era]
-    if token is None:
-        async with Client(url, mode=mode) as client:
-            yield client
-        return
-    from mcp.client.streamable_http import streamable_http_client
-
-    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+    headers = {} if token is None else {"authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=30, verify=ssl_context()) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=ERAS[era]) as client:
             yield client
 
 

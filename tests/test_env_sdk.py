@@ -10,7 +10,7 @@ import pytest
 from conftest import COUNTER
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from envreg.canonical import canonical_json, digest
+from envreg.canonical import canonical_json, canonical_value, digest
 from envreg.env import Environment, EnvState, ToolError, UnknownToolError, load_environment
 from envreg.env.scenario import states_equal, strip_volatile
 
@@ -206,6 +206,17 @@ def test_canonical_json_is_stable() -> None:
     assert digest({"a": 1, "b": 2}) == digest({"b": 2, "a": 1})
     with pytest.raises(ValueError):
         canonical_json({"x": float("nan")})
+
+
+def test_canonical_value_is_what_canonical_json_reads_back_and_a_fresh_copy() -> None:
+    state = {"b": (1.0, {"c": [2.5, None, True]}), 7: "x"}
+    value = canonical_value(state)
+    assert value == json.loads(canonical_json(state)) == {"b": [1, {"c": [2.5, None, True]}], "7": "x"}
+    assert type(value["b"][0]) is int and canonical_json(value, normalized=True) == canonical_json(state)
+    value["b"][1]["c"].clear()
+    assert state["b"][1]["c"] == [2.5, None, True], "the copy shares no container with the state"
+    with pytest.raises(TypeError, match="Object of type set is not JSON serializable"):
+        canonical_value({"tags": {"a"}})
 
 
 def test_state_validation_errors_are_raised_and_parse_round_trips() -> None:

@@ -10,6 +10,8 @@ import pytest
 from conftest import COUNTER
 from servers import ANSWER_S, modern_request
 
+from envreg.http import ssl_context
+
 
 def variants() -> list:
     call, call_headers = modern_request("tools/call", {"name": "increment", "arguments": {"by": 2}}, rid=7)
@@ -85,7 +87,13 @@ def exchange(server, body, headers) -> tuple[int, str, object, str]:
     instance = server.new_instance()
     headers = dict(headers)
     headers.setdefault("host", f"127.0.0.1:{server.port}")
-    r = httpx2.post(server.mcp_url(instance), content=json.dumps(body), headers=headers, timeout=ANSWER_S)
+    r = httpx2.post(
+        server.mcp_url(instance),
+        content=json.dumps(body),
+        headers=headers,
+        timeout=ANSWER_S,
+        verify=ssl_context(),
+    )
     try:
         decoded = r.json()
     except ValueError:

@@ -20,6 +20,7 @@ import httpx2
 import uvicorn
 
 from envreg.config import envreg_home
+from envreg.http import ssl_context
 from envreg.protocol import KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS
 from envreg.runtime.gateway import QuietServer
 from envreg.server.http import KeepAlive
@@ -135,6 +136,7 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
             httpx2.AsyncClient(
                 timeout=httpx2.Timeout(30.0, connect=2.0, read=None),
                 limits=httpx2.Limits(max_connections=1000),
+                verify=ssl_context(),
             ) as http,
         ):
             rt.gateway_url = url  # sandboxes' mcp_url: this port serves the gateway too

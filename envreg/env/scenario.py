@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envreg.canonical import canonical_json, sha256_hex
+from envreg.canonical import canonical_json, canonical_value, sha256_hex
 
 
 class Step(BaseModel):
@@ -122,12 +122,13 @@ async def run_steps(scenario: Scenario, call: Caller) -> list[str]:
 
 def state_digest(state: Any, volatile: Iterable[str] = ()) -> str:
     """What `final_state_sha256` states: sha256 of the canonical JSON of `state` without its volatile paths."""
-    return sha256_hex(canonical_json(strip_volatile(state, volatile)))
+    return sha256_hex(canonical_json(strip_volatile(state, volatile), normalized=True))
 
 
 def strip_volatile(state: Any, paths: Iterable[str]) -> Any:
-    """A copy of `state` without the dotted `paths` (``*`` matches every list item or key)."""
-    data = json.loads(canonical_json(state))
+    """A copy of `state` in canonical JSON's data model (`canonical_value`) without the dotted `paths` (``*``
+    matches every list item or key)."""
+    data = canonical_value(state)
     for path in paths:
         _drop(data, path.split("."))
     return data
@@ -158,7 +159,9 @@ def _drop(node: Any, parts: list[str]) -> None:
 def states_equal(a: Any, b: Any, volatile: Iterable[str] = ()) -> bool:
     """Canonical equality of two states, ignoring volatile paths."""
     paths = list(volatile)
-    return canonical_json(strip_volatile(a, paths)) == canonical_json(strip_volatile(b, paths))
+    return canonical_json(strip_volatile(a, paths), normalized=True) == canonical_json(
+        strip_volatile(b, paths), normalized=True
+    )
 
 
 def load_scenarios(folder: Path) -> tuple[list[Scenario], list[RejectedState]]:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx2
 
+from envreg.http import ssl_context
+
 INSTALL_HINT = "install it with `apt-get install -y docker-registry` (CNCF Distribution 2.8)"
 
 
@@ -101,7 +103,7 @@ class LocalRegistry:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"docker-registry exited ({self.proc.returncode}):\n{self.log_tail()}")
             try:
-                r = httpx2.get(f"http://{self.address}/v2/", timeout=1)
+                r = httpx2.get(f"http://{self.address}/v2/", timeout=1, verify=ssl_context())
                 if r.status_code in (200, 401):
                     return self
             except httpx2.HTTPError:

@@ -24,6 +24,7 @@ import anyio
 import httpx2
 
 from envreg.errors import UpstreamError
+from envreg.http import ssl_context
 
 
 class PolicyError(UpstreamError):
@@ -76,6 +77,7 @@ class ChatPolicy:
                 headers={"authorization": f"Bearer {key}"},
                 timeout=httpx2.Timeout(self.timeout, connect=5.0),
                 limits=httpx2.Limits(max_connections=self.max_connections),
+                verify=ssl_context(),
             )
         return self._http
 

@@ -14,6 +14,7 @@ import httpx2
 
 from envreg.env import Environment
 from envreg.errors import BadRequest, EnvregError
+from envreg.http import ssl_context
 from envreg.protocol import KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS, SHARED_TIERS, TIERS, Isolation
 from envreg.runtime.backends import create_backend
 from envreg.runtime.backends.base import Backend, EnvSpec
@@ -274,7 +275,9 @@ class Runtime:
         async with self._setup_lock:
             if self._isolated is None:
                 self._http = httpx2.AsyncClient(
-                    timeout=httpx2.Timeout(30.0, connect=2.0), limits=httpx2.Limits(max_connections=1000)
+                    timeout=httpx2.Timeout(30.0, connect=2.0),
+                    limits=httpx2.Limits(max_connections=1000),
+                    verify=ssl_context(),
                 )
                 backend = (
                     self._backend_choice

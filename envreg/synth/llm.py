@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from envreg.http import ssl_context
+
 REFUSAL = re.compile(r"^\s*(i'?m sorry|i cannot|i can'?t|i am unable|i'm unable|as an ai)", re.IGNORECASE)
 
 
@@ -55,14 +57,20 @@ class LLMConfig:
         return self.api_key or os.environ.get(self.api_key_env) or "EMPTY"
 
     def client(self):
-        from openai import AsyncOpenAI
+        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
-        return AsyncOpenAI(base_url=self.base_url, api_key=self.key, timeout=self.timeout, max_retries=1)
+        http = DefaultAsyncHttpxClient(verify=ssl_context())
+        return AsyncOpenAI(
+            base_url=self.base_url, api_key=self.key, timeout=self.timeout, max_retries=1, http_client=http
+        )
 
     def sync_client(self):
-        from openai import OpenAI
+        from openai import DefaultHttpxClient, OpenAI
 
-        return OpenAI(base_url=self.base_url, api_key=self.key, timeout=self.timeout, max_retries=1)
+        http = DefaultHttpxClient(verify=ssl_context())
+        return OpenAI(
+            base_url=self.base_url, api_key=self.key, timeout=self.timeout, max_retries=1, http_client=http
+        )
 
 
 @dataclass

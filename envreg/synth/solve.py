@@ -20,6 +20,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from envreg.canonical import canonical_json, sha256_hex
+from envreg.http import ssl_context
 from envreg.synth.execute import Skipped
 from envreg.synth.llm import chat
 from envreg.synth.query import generate_queries
@@ -52,7 +53,9 @@ class ToolSessions:
             from mcp.client.streamable_http import streamable_http_client
 
             http = await self.stack.enter_async_context(
-                httpx2.AsyncClient(headers={"authorization": f"Bearer {sandbox.token}"}, timeout=60)
+                httpx2.AsyncClient(
+                    headers={"authorization": f"Bearer {sandbox.token}"}, timeout=60, verify=ssl_context()
+                )
             )
             transport = streamable_http_client(sandbox.mcp_url, http_client=http)
             self.clients[env] = await self.stack.enter_async_context(Client(transport))
