@@ -50,14 +50,26 @@ def bfcl_entries(categories: tuple[str, ...] | None = None) -> list:
     return out
 
 
+SHARED_MODULE_FIXTURES = frozenset(
+    {"broken_images", "envfactory_images", "exported", "oracles", "rl_parquet"}
+)
+"""Module-scoped fixtures that take seconds to tens of seconds to build (images, synthesized trajectories)."""
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests parametrized by an environment `name` that use `env_server` share one worker per environment
-    (`--dist loadgroup`): each worker would otherwise start a server of every catalog environment."""
+    """Tests that share a worker (`--dist loadgroup`), since each worker would otherwise build the same
+    thing again: those parametrized by an environment `name` that use `env_server`, one worker per
+    environment (a server of every catalog environment on each worker); those of one module that use one
+    of its `SHARED_MODULE_FIXTURES` (the validate suite's broken images were built on every worker that ran
+    one of their tests, 80 s each)."""
     for item in items:
+        fixtures = getattr(item, "fixturenames", ())
         callspec = getattr(item, "callspec", None)
-        if callspec and "name" in callspec.params and "env_server" in getattr(item, "fixturenames", ()):
+        if callspec and "name" in callspec.params and "env_server" in fixtures:
             item.add_marker(pytest.mark.xdist_group(f"env-server-{callspec.params['name']}"))
+        elif SHARED_MODULE_FIXTURES.intersection(fixtures):
+            item.add_marker(pytest.mark.xdist_group(f"shared-{item.module.__name__}"))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -112,8 +112,6 @@ def envfactory_images(docker_engine, tmp_path_factory) -> Path:
     return images
 
 
-# both tests of the imported images share one worker (`--dist loadgroup`), which imports and builds them once
-@pytest.mark.xdist_group("envfactory-images")
 async def test_envfactory_image_serves_isolated_conversations_over_mcp(envfactory_images) -> None:
     folder = envfactory_images / "ef-inventory"
     assert (folder / "inventory_tools.py").read_bytes() == (EF / "inventory_tools.py").read_bytes()
@@ -132,7 +130,6 @@ async def test_envfactory_image_serves_isolated_conversations_over_mcp(envfactor
         assert await fork.state() == await first.state()
 
 
-@pytest.mark.xdist_group("envfactory-images")
 async def test_a_network_call_in_a_container_is_blocked_and_rolled_back(envfactory_images) -> None:
     async with Runtime() as rt:
         sb = await rt.sandbox(

@@ -21,9 +21,6 @@ from envreg.validate import EnvReport, Status, validate
 from envreg.validate.ts import SchemaWorker
 
 pytestmark = [pytest.mark.docker]
-# the tests of the broken images share one worker (`--dist loadgroup`): each worker would otherwise build and
-# validate all nine (80 s each)
-broken_group = pytest.mark.xdist_group("validate-broken")
 
 BROKEN = FIXTURES / "broken"
 ENVREG = [sys.executable, "-m", "envreg.cli.main"]
@@ -102,7 +99,6 @@ def broken_reports(broken_images) -> dict[str, EnvReport]:
     return dict(zip(CASES, anyio.run(run), strict=True))
 
 
-@broken_group
 @pytest.mark.parametrize("case", CASES)
 def test_broken_environment_is_caught_by_the_right_check(
     case: str, broken_reports: dict[str, EnvReport]
@@ -121,7 +117,6 @@ def test_broken_environment_is_caught_by_the_right_check(
             assert word in text, f"{name} does not say {word!r}:\n{text}"
 
 
-@broken_group
 def test_every_check_ran_on_the_broken_environments(broken_reports: dict[str, EnvReport]) -> None:
     """Checks that need a property an environment lacks say so; none errors out."""
     for case, report in broken_reports.items():
@@ -160,7 +155,6 @@ def test_reference_environments_pass_every_check(reference_images, tmp_path: Pat
     assert int(suites.get("tests", "0")) == 46
 
 
-@broken_group
 def test_cli_exits_1_and_names_what_failed(broken_images, tmp_path: Path) -> None:
     proc = subprocess.run(
         [*ENVREG, "validate", str(BROKEN / "uuid"), "--check", "state"],
