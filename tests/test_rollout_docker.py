@@ -54,13 +54,14 @@ async def test_many_concurrent_episodes_on_the_instance_tier_without_cross_talk(
     assert crossed == [], "every sandbox ended exactly where its own task's oracle ends"
 
 
-def _containers_of(runtime) -> list[str]:
+def _containers_of(runtime) -> list[tuple[str, str]]:
+    """(name, status) of the runtime's sandbox containers, as the engine lists them."""
     client = docker.from_env()
     try:
         found = client.containers.list(
             all=True, filters={"label": [f"{RUNTIME_LABEL}={runtime.id}", ISOLATION_LABEL]}
         )
-        return [c.name for c in found]
+        return [(c.name, c.status) for c in found]
     finally:
         client.close()
 
@@ -80,13 +81,31 @@ async def test_cancelled_container_episodes_remove_their_containers(reference_im
         assert runner.runtime.sandboxes == {} and _containers_of(runner.runtime) == []
 
 
-@pytest.mark.parametrize("after", [0.3, 0.8, 1.5])
+PHASES = {
+    "asked": lambda states: True,  # the episodes have asked for their sandboxes
+    "created": lambda states: bool(states),  # a container of theirs exists
+    "running": lambda states: "running" in states,  # one runs, its server not yet answering
+}
+
+
+@pytest.mark.parametrize("phase", PHASES)
 async def test_episodes_cancelled_while_their_containers_start_leave_none(
-    reference_images, after: float
+    reference_images, phase: str
 ) -> None:
+    """Cancelled at a point of the containers' start seen in the engine (not after a wall-clock delay,
+    which a fast host outruns): no sandbox and no container is left."""
     tasks = TASKS[:3]
     async with rollouts("oracle", tasks, options=EpisodeOptions(isolation="container")) as runner:
-        with anyio.move_on_after(after):
-            await runner.run([(t, 0) for t in tasks], concurrency=3)
-        assert runner.llm.requests == [], "cancelled before any episode reached the model"
-        assert runner.runtime.sandboxes == {} and _containers_of(runner.runtime) == []
+        runtime = runner.runtime
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: runner.run([(t, 0) for t in tasks], concurrency=3))
+            with anyio.fail_after(120):
+                while True:
+                    await anyio.sleep(0.02)
+                    states = [status for _, status in await anyio.to_thread.run_sync(_containers_of, runtime)]
+                    if PHASES[phase](states) or len(runtime.sandboxes) == len(tasks):
+                        break
+            starting = len(tasks) - len(runtime.sandboxes)  # leased only once its server answers
+            tg.cancel_scope.cancel()
+        assert starting > 0, f"every container was up before the cancel ({phase}: {states})"
+        assert runtime.sandboxes == {} and _containers_of(runtime) == []
