@@ -59,7 +59,9 @@ def _containers_of(runtime) -> list[tuple[str, str]]:
     client = docker.from_env()
     try:
         found = client.containers.list(
-            all=True, filters={"label": [f"{RUNTIME_LABEL}={runtime.id}", ISOLATION_LABEL]}
+            all=True,
+            filters={"label": [f"{RUNTIME_LABEL}={runtime.id}", ISOLATION_LABEL]},
+            ignore_removed=True,  # one removed between the listing and its inspection
         )
         return [(c.name, c.status) for c in found]
     finally:
@@ -93,9 +95,11 @@ async def test_episodes_cancelled_while_their_containers_start_leave_none(
     reference_images, phase: str
 ) -> None:
     """Cancelled at a point of the containers' start seen in the engine (not after a wall-clock delay,
-    which a fast host outruns): no sandbox and no container is left."""
+    which a fast host outruns): no sandbox and no container is left. The model answers after 30 s, so no
+    episode that got its sandbox ends (and gives it back) before the cancel."""
     tasks = TASKS[:3]
-    async with rollouts("oracle", tasks, options=EpisodeOptions(isolation="container")) as runner:
+    options = EpisodeOptions(isolation="container")
+    async with rollouts("oracle", tasks, latency=30.0, options=options) as runner:
         runtime = runner.runtime
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: runner.run([(t, 0) for t in tasks], concurrency=3))
