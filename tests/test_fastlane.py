@@ -44,8 +44,10 @@ class Route:
 @pytest.fixture(scope="module")
 def servers():
     token = secrets.token_urlsafe(12)
+    # one argument: a urlsafe token may begin with "-", which argparse would take for an option
     started = {
-        name: EnvServerProcess(name, extra=["--agent-token", token]).start() for name in (COUNTER, "calendar")
+        name: EnvServerProcess(name, extra=[f"--agent-token={token}"]).start()
+        for name in (COUNTER, "calendar")
     }
     yield token, started
     for server in started.values():

@@ -33,7 +33,10 @@ CALLS = 40
 def server(tmp_path: Path) -> Iterator[tuple[EnvServerProcess, str]]:
     agent_token = secrets.token_urlsafe(12)
     environ = {"ENVREG_RECYCLE": "1", "TMPDIR": str(tmp_path)}
-    proc = EnvServerProcess(COUNTER, image_entry=True, environ=environ, extra=["--agent-token", agent_token])
+    # one argument: a urlsafe token may begin with "-", which argparse would take for an option
+    proc = EnvServerProcess(
+        COUNTER, image_entry=True, environ=environ, extra=[f"--agent-token={agent_token}"]
+    )
     yield proc.start(), agent_token
     proc.stop()
 
