@@ -94,6 +94,9 @@ class ProbeError(Exception):
     pass
 
 
+PROBE_ATTEMPTS = 3
+
+
 # DNS in a sandbox has no upstream: without this the C resolver waits out its default timeouts (~10 s)
 # before failing. A resolver that works answers in milliseconds, so a short timeout hides nothing.
 FAST_RESOLVER = {"RES_OPTIONS": "timeout:2 attempts:1"}
@@ -102,16 +105,20 @@ FAST_RESOLVER = {"RES_OPTIONS": "timeout:2 attempts:1"}
 async def run_python(
     container: Any, script: str, *args: str, environment: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """Run a Python script inside the container with its own python3; its JSON output."""
+    """Run a Python script inside the container with its own python3; its JSON output. The scripts only
+    read, so one whose output the engine lost (exit 0, nothing printed: Docker 20.10 under load) runs again."""
 
     def go() -> tuple[int, bytes]:
         result = container.exec_run(["python3", "-c", script, *args], demux=False, environment=environment)
         return result.exit_code, result.output
 
-    code, output = await anyio.to_thread.run_sync(go)
-    if code != 0:
-        raise ProbeError(f"probe exited {code}: {output.decode(errors='replace')[-500:]}")
-    return json.loads(output)
+    for _ in range(PROBE_ATTEMPTS):
+        code, output = await anyio.to_thread.run_sync(go)
+        if code != 0:
+            raise ProbeError(f"probe exited {code}: {output.decode(errors='replace')[-500:]}")
+        if output.strip():
+            return json.loads(output)
+    raise ProbeError(f"probe printed nothing {PROBE_ATTEMPTS} times (exit 0): the engine lost its output")
 
 
 async def counters(container: Any) -> dict[str, int]:
