@@ -7,12 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx2
-
 from envreg.canonical import canonical_json, sha256_hex
 from envreg.env import Environment, Scenario, states_equal
 from envreg.env.scenario import CallOutcome, run_steps
-from envreg.http import ssl_context
+from envreg.http.client import async_client
 from envreg.protocol import MCP_SESSION_VERSION, MCP_VERSION
 from envreg.reward.score import RewardBreakdown, ScoreOptions
 
@@ -92,7 +90,7 @@ async def play(
     if sandbox.mcp_url is None:
         raise ValueError("an episode needs a sandbox with an MCP URL (isolation container or instance)")
     headers = {"authorization": f"Bearer {sandbox.token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=60, verify=ssl_context()) as http:
+    async with async_client(headers=headers, timeout=60) as http:
         transport = streamable_http_client(sandbox.mcp_url, http_client=http)
         async with Client(
             transport, mode=protocol if protocol != MCP_SESSION_VERSION else "legacy"

@@ -12,7 +12,7 @@ def public_text(text: str) -> str:
     """`text` as an HTTP client may read it: every absolute path under one of this host's known roots named
     from a neutral one instead, so that no error body shows the host's layout. The CLI prints messages as
     they are (its user is on the host); every server passes the error text it sends through here
-    (`EnvregError.to_json`, `envreg.server.http.error_body`, the fronts' own error helpers).
+    (`EnvregError.to_json`, `envreg.http.errors.error_body`, the fronts' own error helpers).
 
     | root | named |
     | --- | --- |

@@ -14,7 +14,7 @@ from typing import Any
 import httpx2
 from servers import free_port
 
-from envreg.http import ssl_context
+from envreg.http.client import request as http_request
 
 
 @dataclass
@@ -58,9 +58,7 @@ class DaemonProcess:
         headers = {"authorization": f"Bearer {self.token if token is None else token}"}
         if token == "":
             headers = {}
-        return httpx2.request(
-            method, self.url + path, json=body, headers=headers, timeout=120, verify=ssl_context()
-        )
+        return http_request(method, self.url + path, json=body, headers=headers, timeout=120)
 
     def ok(self, method: str, path: str, body: Any = None, status: int = 200) -> Any:
         response = self.request(method, path, body)

@@ -5,12 +5,11 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from envreg.env.scenario import CallOutcome
-from envreg.http import ssl_context
+from envreg.http.client import async_client
 
 ERAS = {"2026-07-28": "2026-07-28", "2025-11-25": "legacy"}
 
@@ -19,7 +18,7 @@ ERAS = {"2026-07-28": "2026-07-28", "2025-11-25": "legacy"}
 async def mcp_client(url: str, era: str, token: str | None = None):
     """A connected `mcp.Client` at `url`, speaking the given protocol era."""
     headers = {} if token is None else {"authorization": f"Bearer {token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=30, verify=ssl_context()) as http:
+    async with async_client(headers=headers, timeout=30) as http:
         async with Client(streamable_http_client(url, http_client=http), mode=ERAS[era]) as client:
             yield client
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx2
 
-from envreg.http import ssl_context
+from envreg.http.client import request
 from envreg.server.listen import LISTEN_EXIT
 
 MODERN = "2026-07-28"
@@ -97,9 +97,7 @@ class EnvServerProcess:
                     )
                 raise RuntimeError(f"the environment server exited with {self.proc.returncode}")
             try:
-                health = httpx2.get(
-                    f"{self.control_url}/healthz", headers=self.auth, timeout=1, verify=ssl_context()
-                )
+                health = request("GET", f"{self.control_url}/healthz", headers=self.auth, timeout=1)
                 if health.status_code == 200:
                     return self
             except httpx2.TransportError:
@@ -117,22 +115,22 @@ class EnvServerProcess:
 
     def new_instance(self, state: dict[str, Any] | None = None) -> str:
         body = {"state": state} if state is not None else {}
-        r = httpx2.post(
+        r = request(
+            "POST",
             f"{self.control_url}/instances",
             json=body,
             headers=self.auth,
             timeout=ANSWER_S,
-            verify=ssl_context(),
         )
         assert r.status_code == 201, r.text
         return r.json()["id"]
 
     def state(self, instance_id: str) -> dict[str, Any]:
-        r = httpx2.get(
+        r = request(
+            "GET",
             f"{self.control_url}/instances/{instance_id}/state",
             headers=self.auth,
             timeout=ANSWER_S,
-            verify=ssl_context(),
         )
         assert r.status_code == 200, r.text
         return r.json()

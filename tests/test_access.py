@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from envreg.runtime.access import AccessGuard, shorten
+from envreg.http.access import AccessGuard, shorten
 
 pytestmark = pytest.mark.anyio
 PORT = 7070

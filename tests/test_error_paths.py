@@ -251,7 +251,7 @@ async def test_environment_server_planes_name_no_host_path(
 
 def test_mcp_error_bodies_name_no_host_path(envreg_home: Path) -> None:
     """What the agent plane, the gateway and the session layer send (`error_body`), MCP or not."""
-    from envreg.server.http import error_body
+    from envreg.http.errors import error_body
 
     message = f"sandbox sb_1 ended: its server died reading {envreg_home}/snapshots/ab.json"
     for call in ((True, 7), (False, None)):

@@ -14,8 +14,8 @@ from gateway_helpers import LEGACY, LIST, MODERN, legacy_client
 from mcp_helpers import mcp_client
 
 from envreg.errors import UpstreamTimeout
+from envreg.http.access import AccessGuard
 from envreg.runtime import Runtime
-from envreg.runtime.access import AccessGuard
 from envreg.runtime.gateway import Gateway, QuietServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

@@ -5,12 +5,11 @@ from __future__ import annotations
 import copy
 import json
 
-import httpx2
 import pytest
 from conftest import COUNTER
 from servers import ANSWER_S, modern_request
 
-from envreg.http import ssl_context
+from envreg.http.client import request
 
 
 def variants() -> list:
@@ -87,12 +86,12 @@ def exchange(server, body, headers) -> tuple[int, str, object, str]:
     instance = server.new_instance()
     headers = dict(headers)
     headers.setdefault("host", f"127.0.0.1:{server.port}")
-    r = httpx2.post(
+    r = request(
+        "POST",
         server.mcp_url(instance),
         content=json.dumps(body),
         headers=headers,
         timeout=ANSWER_S,
-        verify=ssl_context(),
     )
     try:
         decoded = r.json()

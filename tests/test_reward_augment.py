@@ -7,7 +7,6 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
 import yaml
 from conftest import COUNTER, REFERENCE_ENVS, ROOT, installed
@@ -20,7 +19,7 @@ from test_lean_path import variants as lean_variants
 
 from envreg.env import load_environment, load_scenarios, states_equal
 from envreg.env.augment import FORMATS, Augmentation, Augmenter, render
-from envreg.http import ssl_context
+from envreg.http.client import request
 from envreg.reward.augment import augmentation_for, graph_embed, load_catalog, rank_distractors, tool_text
 from envreg.reward.score import Scorer
 from envreg.runtime import Runtime
@@ -252,12 +251,9 @@ async def test_mcp_agents_get_it_from_the_environment_server(env_server, era) ->
     config = augmentation_for(
         "calendar", seed=2, formats=["xml"], noise=1.0, distractors=2, catalog=CATALOG, embed="tfidf"
     )
-    bad = httpx2.put(control, json={"formats": ["csv"]}, headers=server.auth, verify=ssl_context())
+    bad = request("PUT", control, json={"formats": ["csv"]}, headers=server.auth)
     assert bad.status_code == 422 and "formats" in bad.json()["error"]
-    assert (
-        httpx2.put(control, json=config.model_dump(), headers=server.auth, verify=ssl_context()).status_code
-        == 200
-    )
+    assert request("PUT", control, json=config.model_dump(), headers=server.auth).status_code == 200
     async with mcp_client(server.mcp_url(instance), era) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert {d["name"] for d in config.distractors} <= set(tools)
@@ -267,11 +263,11 @@ async def test_mcp_agents_get_it_from_the_environment_server(env_server, era) ->
         decoy = await client.call_tool(config.distractors[0]["name"], {})
         assert decoy.is_error
     state_before = server.state(instance)["sha256"]
-    described = httpx2.get(control, headers=server.auth, verify=ssl_context()).json()
+    described = request("GET", control, headers=server.auth).json()
     assert [e["kind"] for e in described["labels"]] == ["ok", "distractor"]
     assert described["labels"][0]["format"] == "xml" and described["labels"][0]["noise"]
     assert "_meta" not in json.dumps(described["labels"]), "labels stay on the control plane"
-    assert httpx2.delete(control, headers=server.auth, verify=ssl_context()).status_code == 204
+    assert request("DELETE", control, headers=server.auth).status_code == 204
     async with mcp_client(server.mcp_url(instance), era) as client:
         plain = await client.call_tool("list_calendars", {})
         assert plain.content[0].text.startswith("[")
@@ -291,24 +287,22 @@ async def test_lean_path_and_sdk_answer_alike_on_an_augmented_instance(env_serve
 
     def exchange(server) -> tuple:
         instance = server.new_instance()
-        put = httpx2.put(
+        put = request(
+            "PUT",
             f"{server.control_url}/instances/{instance}/augmentation",
             json=config.model_dump(),
             headers=server.auth,
-            verify=ssl_context(),
         )
         assert put.status_code == 200
         sent = {**headers, "host": f"127.0.0.1:{server.port}"}
         answers = []
         for _ in range(2):  # a first attempt may be failed by the augmentation, the retry is not
-            r = httpx2.post(
-                server.mcp_url(instance), content=json.dumps(body), headers=sent, verify=ssl_context()
-            )
+            r = request("POST", server.mcp_url(instance), content=json.dumps(body), headers=sent)
             answers.append((r.status_code, r.text if r.status_code != 200 else r.json()))
-        labels = httpx2.get(
+        labels = request(
+            "GET",
             f"{server.control_url}/instances/{instance}/augmentation",
             headers=server.auth,
-            verify=ssl_context(),
         )
         return answers, labels.json()["labels"], server.state(instance)["sha256"]
 
@@ -322,17 +316,17 @@ def test_a_distractor_call_reaches_both_paths(env_server) -> None:
         server = env_server(COUNTER, fast)
         instance = server.new_instance()
         config = Augmentation(distractors=[DECOY])
-        httpx2.put(
+        request(
+            "PUT",
             f"{server.control_url}/instances/{instance}/augmentation",
             json=config.model_dump(),
             headers=server.auth,
-            verify=ssl_context(),
         )
-        r = httpx2.post(
+        r = request(
+            "POST",
             server.mcp_url(instance),
             content=json.dumps(body),
             headers={**headers, "host": f"127.0.0.1:{server.port}"},
-            verify=ssl_context(),
         )
         assert r.json()["result"]["isError"] is True
 

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from envreg.cli import output
+from envreg.http.loopback import is_loopback
 
 app = typer.Typer(
     name="reward",
@@ -235,7 +236,7 @@ def serve(
         ),
         sources=_sources(env),
     )
-    if host not in ("127.0.0.1", "localhost", "::1"):
+    if not is_loopback(host):
         err.print(f"[yellow]warning:[/] serving on {host}: reachable beyond this machine's loopback")
 
     def ready(url: str) -> None:

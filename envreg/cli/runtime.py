@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from envreg.cli.output import JsonOpt, QuietOpt, err, fail, print_json
+from envreg.http.loopback import is_loopback
 from envreg.protocol import DEFAULT_GRACE, KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS, TIERS
 
 FOREVER = 10 * 365 * 24 * 3600.0
@@ -211,7 +212,7 @@ def serve(
         ui_data=tuple(p.resolve() for p in ui_data or ()),
         log_level=log_level,
     )
-    if host not in ("127.0.0.1", "::1", "localhost"):
+    if not is_loopback(host):
         err.print(
             f"[yellow]warning:[/] listening on {host}: anyone who can reach it and holds the token controls "
             "sandboxes, and traffic is plain HTTP; put TLS in front of it off a trusted network"

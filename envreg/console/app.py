@@ -29,7 +29,7 @@ from envreg.console.html import STATIC_FILES, Site, e, link, static_file, table,
 from envreg.console.scoring import EpisodeScores
 from envreg.errors import BadRequest, EnvregError, LimitReached, NotFound
 from envreg.host_paths import public_text
-from envreg.server.http import bearer_matches
+from envreg.http.auth import bearer_matches
 
 COOKIE = "envreg_console"
 MEDIA = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}

@@ -37,11 +37,11 @@ from envreg.canonical import canonical_json, sha256_hex
 from envreg.daemon import models as m
 from envreg.errors import BadRequest, EnvregError, LimitReached, NotFound
 from envreg.host_paths import public_text
+from envreg.http.access import AccessGuard
+from envreg.http.asgi import BodyTooLarge, read_body, replay, send_json
 from envreg.protocol import GATEWAY_PREFIX
 from envreg.runtime import Runtime, Sandbox, Snapshot
-from envreg.runtime.access import AccessGuard
 from envreg.runtime.gateway import Gateway
-from envreg.server.http import BodyTooLarge, read_body, replay, send_json
 
 LOCAL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 MAX_BODY = 16 << 20

@@ -9,7 +9,7 @@ import httpx2
 
 from envreg.config import daemon_override
 from envreg.daemon.serve import daemon_file, read_daemon_file
-from envreg.http import ssl_context
+from envreg.http.client import sync_client
 
 START_HINT = "start one with `envreg serve` (or `envreg serve &` to keep this shell)"
 
@@ -30,11 +30,10 @@ class DaemonError(RuntimeError):
 class DaemonClient:
     def __init__(self, url: str, token: str, timeout: float = 120.0) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx2.Client(
+        self.http = sync_client(
             base_url=self.url,
             headers={"authorization": f"Bearer {token}"},
             timeout=timeout,
-            verify=ssl_context(),
         )
 
     @classmethod

@@ -20,15 +20,14 @@ import httpx2
 import uvicorn
 
 from envreg.config import envreg_home
-from envreg.http import ssl_context
+from envreg.http.asgi import KeepAlive
+from envreg.http.client import async_client
 from envreg.protocol import KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS
 from envreg.runtime.gateway import QuietServer
-from envreg.server.http import KeepAlive
 from envreg.server.listen import listen
 
 logger = logging.getLogger("envreg.daemon")
 DEFAULT_PORT = 7070
-LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
 def daemon_file() -> Path:
@@ -133,10 +132,9 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
             Runtime(
                 gateway=False, pool=config.pool, recycle=config.recycle, lease_ttl=config.lease_ttl
             ) as rt,
-            httpx2.AsyncClient(
+            async_client(
                 timeout=httpx2.Timeout(30.0, connect=2.0, read=None),
                 limits=httpx2.Limits(max_connections=1000),
-                verify=ssl_context(),
             ) as http,
         ):
             rt.gateway_url = url  # sandboxes' mcp_url: this port serves the gateway too

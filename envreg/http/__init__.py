@@ -1,5 +1,15 @@
-"""What every HTTP client and server of envreg shares (issue 25 grows this into envreg's one HTTP layer)."""
+"""envreg's one HTTP layer: what every front (the environment server's planes, the gateway and its fast
+lane, the daemon, the reward server, the Ray node proxy) and every client shares.
 
-from envreg.http.tls import ssl_context
+- `envreg.http.asgi`: raw-ASGI answers, capped request bodies (`BodyLimit`), ``Keep-Alive``;
+- `envreg.http.auth`: bearer tokens, compared in constant time;
+- `envreg.http.jsonrpc`: which requests are MCP ones, and JSON-RPC error bodies;
+- `envreg.http.errors`: every front's error body (JSON-RPC for MCP clients, ``{"error"}`` otherwise);
+- `envreg.http.loopback`: the loopback names, declared once;
+- `envreg.http.access`: the Host / Origin rule (DNS rebinding) and CORS;
+- `envreg.http.routing`: a small method + path router for raw-ASGI fronts;
+- `envreg.http.rest`: what the FastAPI fronts (daemon, reward server) share;
+- `envreg.http.client`: the one way envreg opens an HTTP client (`async_client`, `sync_client`).
 
-__all__ = ["ssl_context"]
+Nothing is imported here: an environment server imports only the parts it serves with.
+"""

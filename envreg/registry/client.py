@@ -27,7 +27,7 @@ from typing import Any
 import httpx2
 
 from envreg.config import envreg_home, insecure_registries, registry_credentials
-from envreg.http import ssl_context
+from envreg.http.client import sync_client
 from envreg.registry.errors import AuthError, NotFound, RegistryError, VerificationError
 from envreg.registry.refs import normalize_registry
 
@@ -131,9 +131,7 @@ class RegistryClient:
             "http" if is_loopback(self.registry) or self.registry in insecure else "https"
         )
         self.base = f"{self.scheme}://{self.registry}"
-        self.http = httpx2.Client(
-            timeout=timeout, follow_redirects=True, transport=transport, verify=ssl_context()
-        )
+        self.http = sync_client(timeout=timeout, follow_redirects=True, transport=transport)
         self._lock = threading.Lock()
         self._tokens: dict[str, str] = {}
         self._basic = False

@@ -29,10 +29,10 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.host_paths import public_text
+from envreg.http.asgi import BodyTooLarge, read_body, replay, send_json
 from envreg.reward.batch import ItemResult, ScoreItem, score_items
 from envreg.reward.score import ScoreOptions, Scorer
 from envreg.runtime import Runtime
-from envreg.server.http import BodyTooLarge, read_body, replay, send_json
 
 
 @dataclass

@@ -24,7 +24,7 @@ import anyio
 import httpx2
 
 from envreg.errors import UpstreamError
-from envreg.http import ssl_context
+from envreg.http.client import async_client
 
 
 class PolicyError(UpstreamError):
@@ -73,11 +73,10 @@ class ChatPolicy:
     def _client(self) -> httpx2.AsyncClient:
         if self._http is None:
             key = self.api_key or os.environ.get(self.api_key_env) or "EMPTY"
-            self._http = httpx2.AsyncClient(
+            self._http = async_client(
                 headers={"authorization": f"Bearer {key}"},
                 timeout=httpx2.Timeout(self.timeout, connect=5.0),
                 limits=httpx2.Limits(max_connections=self.max_connections),
-                verify=ssl_context(),
             )
         return self._http
 

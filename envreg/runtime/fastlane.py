@@ -22,15 +22,16 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from envreg.http.jsonrpc import jsonrpc_request
+from envreg.http.loopback import LOOPBACK_HOSTS
+from envreg.http.relay import HOP_BY_HOP
 from envreg.protocol import GATEWAY_PREFIX, KEEP_ALIVE_SECONDS, UPSTREAM_IDLE_SECONDS
-from envreg.runtime.gateway import GENERATION, HOP_BY_HOP, NOT_FORWARDED, upstream_error_body
-from envreg.server.http import jsonrpc_request
+from envreg.runtime.gateway import GENERATION, NOT_FORWARDED, upstream_error_body
 
 logger = logging.getLogger("envreg.gateway")
 
 MAX_HEAD = 64 * 1024
 _LEAVE = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"origin"})
-_LOOPBACK = (b"127.0.0.1", b"localhost", b"[::1]")
 
 
 class Lane:
@@ -54,7 +55,7 @@ class Lane:
 
     def bind(self, port: int) -> None:
         """Accept Host headers naming this port on a loopback name (the gateway's default rule)."""
-        self.hosts = tuple(h + b":" + str(port).encode() for h in _LOOPBACK)
+        self.hosts = tuple(f"{h}:{port}".encode() for h in LOOPBACK_HOSTS)
 
     def protocol(self) -> type[HttpToolsProtocol]:
         """uvicorn's HTTP protocol class with this lane in front (give it to `uvicorn.Config(http=...)`)."""

@@ -17,35 +17,19 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from envreg.errors import UpstreamError, UpstreamTimeout
+from envreg.http.access import shorten
+from envreg.http.asgi import BodyTooLarge, read_body, send_bytes, send_error
+from envreg.http.auth import bearer_matches
+from envreg.http.errors import error_body
+from envreg.http.jsonrpc import INTERNAL_ERROR, Call, mcp_call
+from envreg.http.relay import HOP_BY_HOP, relay, relayed_headers
 from envreg.protocol import GATEWAY_PREFIX, GENERATION_HEADER
-from envreg.runtime.access import shorten
 from envreg.runtime.backends.base import Upstream
 from envreg.runtime.sandbox import Sandbox
 from envreg.runtime.upstream import READ_TIMEOUT, UpstreamPool
-from envreg.server.http import (
-    INTERNAL_ERROR,
-    BodyTooLarge,
-    Call,
-    bearer_matches,
-    error_body,
-    mcp_call,
-    read_body,
-    send_bytes,
-    send_error,
-)
 
 logger = logging.getLogger("envreg.gateway")
 
-HOP_BY_HOP = {
-    b"connection",
-    b"keep-alive",
-    b"transfer-encoding",
-    b"te",
-    b"trailer",
-    b"upgrade",
-    b"proxy-authorization",
-    b"proxy-connection",
-}
 GENERATION = GENERATION_HEADER.encode()
 # Host and Origin were checked here (`AccessGuard`); the environment server sees the gateway as its client
 NOT_FORWARDED = HOP_BY_HOP | {
@@ -55,7 +39,6 @@ NOT_FORWARDED = HOP_BY_HOP | {
     b"origin",
     GENERATION,  # the gateway's to set: a client cannot pick the process it reaches
 }
-_NOT_RELAYED = HOP_BY_HOP | {b"date", b"server"}  # uvicorn sets its own
 _BROKEN = (httpx2.TransportError, UpstreamError, anyio.EndOfStream, anyio.IncompleteRead, OSError)
 PREFIX = GATEWAY_PREFIX
 HOW_TO_AUTHENTICATE = (
@@ -78,17 +61,6 @@ def upstream_error_body(status: int, message: str, call: Call, sandbox_id: str) 
     return error_body(message, call, INTERNAL_ERROR, data)
 
 
-async def relay(
-    send: Send, status: int, headers: Iterable[tuple[bytes, bytes]], chunks: AsyncIterator[bytes]
-) -> None:
-    """Relay an upstream answer as it comes, without hop-by-hop headers or the upstream's date/server."""
-    out = [(k.lower(), v) for k, v in headers if k.lower() not in _NOT_RELAYED]
-    await send({"type": "http.response.start", "status": status, "headers": out})
-    async for chunk in chunks:
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    await send({"type": "http.response.body", "body": b""})
-
-
 def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
@@ -98,7 +70,7 @@ class Gateway:
 
     `lookup` finds a live sandbox by id; `ended` says why an id that is no longer live ended (its
     lease expired, it was deleted); `timeout` bounds the wait for an environment server's answer
-    (a 504 after it). Host and Origin are checked in front of it, by `envreg.runtime.access.AccessGuard`.
+    (a 504 after it). Host and Origin are checked in front of it, by `envreg.http.access.AccessGuard`.
     """
 
     def __init__(
@@ -268,8 +240,7 @@ class Gateway:
         if any(k.lower() == b"content-length" for k, _ in headers):
             await relay(send, status, headers, chunks)
             return
-        out = [(k.lower(), v) for k, v in headers if k.lower() not in _NOT_RELAYED]
-        await send({"type": "http.response.start", "status": status, "headers": out})
+        await send({"type": "http.response.start", "status": status, "headers": relayed_headers(headers)})
         async with anyio.create_task_group() as tg:
             if self._closing:
                 tg.cancel_scope.cancel()

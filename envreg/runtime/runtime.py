@@ -14,7 +14,7 @@ import httpx2
 
 from envreg.env import Environment
 from envreg.errors import BadRequest, EnvregError
-from envreg.http import ssl_context
+from envreg.http.client import async_client
 from envreg.protocol import KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS, SHARED_TIERS, TIERS, Isolation
 from envreg.runtime.backends import create_backend
 from envreg.runtime.backends.base import Backend, EnvSpec
@@ -274,10 +274,9 @@ class Runtime:
             )
         async with self._setup_lock:
             if self._isolated is None:
-                self._http = httpx2.AsyncClient(
+                self._http = async_client(
                     timeout=httpx2.Timeout(30.0, connect=2.0),
                     limits=httpx2.Limits(max_connections=1000),
-                    verify=ssl_context(),
                 )
                 backend = (
                     self._backend_choice
@@ -312,10 +311,10 @@ class Runtime:
     async def _serve_gateway(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         import uvicorn
 
-        from envreg.runtime.access import AccessGuard
+        from envreg.http.access import AccessGuard
+        from envreg.http.asgi import KeepAlive
         from envreg.runtime.fastlane import Lane
         from envreg.runtime.gateway import Gateway, QuietServer
-        from envreg.server.http import KeepAlive
 
         assert self._http is not None
         gateway = self._gateway = Gateway(self.get, self._http, ended=self.ended_reason)

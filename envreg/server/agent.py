@@ -5,15 +5,9 @@ from __future__ import annotations
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from envreg.server.http import (
-    BodyTooLarge,
-    bearer_matches,
-    mcp_call,
-    read_body,
-    replay,
-    send_bytes,
-    send_error,
-)
+from envreg.http.asgi import BodyTooLarge, read_body, replay, send_bytes, send_error
+from envreg.http.auth import bearer_matches
+from envreg.http.jsonrpc import mcp_call
 from envreg.server.instances import InstanceStore, instance_id_from_path
 from envreg.server.lean import HostCheck, LeanPath
 from envreg.server.sdk import LazySDK

@@ -12,6 +12,8 @@ from typing import Any
 import anyio
 
 from envreg.env import Environment, load_environment
+from envreg.http.asgi import KeepAlive
+from envreg.http.loopback import is_loopback
 from envreg.protocol import (
     AGENT_PORT,
     CONTROL_PORT,
@@ -21,13 +23,11 @@ from envreg.protocol import (
 )
 from envreg.server.agent import AgentPlane
 from envreg.server.control import control_app
-from envreg.server.http import KeepAlive
 from envreg.server.instances import InstanceStore, state_budget
 from envreg.server.listen import listen_all
 from envreg.server.recycle import Lease, LeaseGuard, end_for_recycle
 from envreg.server.sessions import SessionLimits, memory_limit
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 AGENT_BODY = 4 * 1024 * 1024
 logger = logging.getLogger("envreg.server")
 
@@ -115,7 +115,7 @@ class EnvServer:
             if config.state_budget is not None
             else state_budget(memory_limit()),
         )
-        loopback = config.host in LOOPBACK
+        loopback = is_loopback(config.host)
         agent_body, control_body = body_limits(env, config.max_body)
         agent = AgentPlane(
             store,
@@ -210,7 +210,7 @@ def serve(
         del uvloop
     except ImportError:
         backend_options = {}
-    if config.host not in LOOPBACK:
+    if not is_loopback(config.host):
         logger.warning("serving on %s: reachable beyond this machine's loopback", config.host)
 
     sockets = sockets or listen_all(config.host, (config.port, config.control_port))

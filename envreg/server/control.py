@@ -18,8 +18,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.canonical import sha256_hex
 from envreg.host_paths import public_text
+from envreg.http.asgi import BodyTooLarge, read_body, send_json
+from envreg.http.auth import bearer_matches, bearer_token
 from envreg.protocol import DEFAULT_INSTANCE, ENV_RECYCLE, agent_path
-from envreg.server.http import BodyTooLarge, bearer_matches, bearer_token, read_body, send_json
 from envreg.server.instances import InstanceLimitReached, InstanceStore
 from envreg.server.snapshots import SHA256, SnapshotRefused
 

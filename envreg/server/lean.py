@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from envreg.errors import UnknownToolError
+from envreg.http.loopback import LOOPBACK_HOSTS
 from envreg.protocol import MCP_VERSION as MODERN_VERSION
 from envreg.protocol import META_CLIENT_CAPABILITIES as CLIENT_CAPABILITIES_KEY
 from envreg.protocol import META_CLIENT_INFO as CLIENT_INFO_KEY
@@ -39,7 +40,7 @@ _B64_SENTINEL = re.compile(rb"^=\?base64\?(?P<payload>.*)\?=$")
 class HostCheck:
     """DNS-rebinding protection for a loopback bind, the rule the SDK applies (`host:*`, `origin:*`)."""
 
-    def __init__(self, hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "[::1]")) -> None:
+    def __init__(self, hosts: tuple[str, ...] = LOOPBACK_HOSTS) -> None:
         self.hosts = tuple(f"{h}:".encode() for h in hosts)
         self.origins = tuple(f"http://{h}:".encode() for h in hosts)
 

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import httpx2
 
 from envreg.env import Environment
-from envreg.http import ssl_context
+from envreg.http.client import async_client
 from envreg.protocol import agent_path
 from envreg.runtime.client import EnvClient
 from envreg.server.listen import listen
@@ -60,7 +59,7 @@ async def local_sandbox(
         agent_token=agent_token,
     )
     ready = anyio.Event()
-    async with anyio.create_task_group() as tg, httpx2.AsyncClient(timeout=60, verify=ssl_context()) as http:
+    async with anyio.create_task_group() as tg, async_client(timeout=60) as http:
         tg.start_soon(serve_async, config, sockets, ready, env)
         await ready.wait()
         agent_url, control_url = f"http://127.0.0.1:{agent_port}", f"http://127.0.0.1:{control_port}"

@@ -90,7 +90,8 @@ class LeaseGuard:
             return
         why = self.lease.refusal(scope)
         if why is not None:
-            from envreg.server.http import mcp_call, send_error
+            from envreg.http.asgi import send_error
+            from envreg.http.jsonrpc import mcp_call
 
             call = mcp_call(scope, None) if self.mcp else (False, None)
             await send_error(send, 410, why, call=call, data={"state": "ended"} if call[0] else None)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from envreg.env import UnknownToolError
+from envreg.http.loopback import LOOPBACK_HOSTS
 from envreg.server.instances import InstanceStore, instance_id_from_path
 from envreg.server.sessions import SessionGate, SessionLimits
 
@@ -68,8 +69,8 @@ def build_sdk_app(
     if loopback:
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+            allowed_hosts=[f"{h}:*" for h in LOOPBACK_HOSTS],
+            allowed_origins=[f"http://{h}:*" for h in LOOPBACK_HOSTS],
         )
     manager = StreamableHTTPSessionManager(
         app=server,

@@ -30,15 +30,9 @@ import anyio.abc
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from envreg.errors import BadRequest
+from envreg.http.asgi import BodyTooLarge, read_body, replay, send_bytes, send_error
+from envreg.http.jsonrpc import INTERNAL_ERROR
 from envreg.protocol import SESSION_IDLE_TIMEOUT
-from envreg.server.http import (
-    INTERNAL_ERROR,
-    BodyTooLarge,
-    read_body,
-    replay,
-    send_bytes,
-    send_error,
-)
 from envreg.server.instances import instance_id_from_path
 
 SESSION_BYTES = 48 * 1024

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from envreg.http import ssl_context
+from envreg.http.tls import ssl_context
 
 REFUSAL = re.compile(r"^\s*(i'?m sorry|i cannot|i can'?t|i am unable|i'm unable|as an ai)", re.IGNORECASE)
 

@@ -20,7 +20,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from envreg.canonical import canonical_json, sha256_hex
-from envreg.http import ssl_context
+from envreg.http.client import async_client
 from envreg.synth.execute import Skipped
 from envreg.synth.llm import chat
 from envreg.synth.query import generate_queries
@@ -48,14 +48,11 @@ class ToolSessions:
         for env, sandbox in self.sandboxes.items():
             if sandbox.mcp_url is None:
                 continue
-            import httpx2
             from mcp import Client
             from mcp.client.streamable_http import streamable_http_client
 
             http = await self.stack.enter_async_context(
-                httpx2.AsyncClient(
-                    headers={"authorization": f"Bearer {sandbox.token}"}, timeout=60, verify=ssl_context()
-                )
+                async_client(headers={"authorization": f"Bearer {sandbox.token}"}, timeout=60)
             )
             transport = streamable_http_client(sandbox.mcp_url, http_client=http)
             self.clients[env] = await self.stack.enter_async_context(Client(transport))

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx2
-
-from envreg.http import ssl_context
+from envreg.http.client import async_client
 from envreg.protocol import MCP_SESSION_VERSION, MCP_VERSION
 
 ERAS = {MCP_VERSION: MCP_VERSION, MCP_SESSION_VERSION: "legacy"}
@@ -20,7 +18,7 @@ async def list_tools(url: str, token: str | None, era: str) -> tuple[str, list[d
     from mcp.client.streamable_http import streamable_http_client
 
     headers = {"authorization": f"Bearer {token}"} if token else {}
-    async with httpx2.AsyncClient(headers=headers, timeout=30, verify=ssl_context()) as http:
+    async with async_client(headers=headers, timeout=30) as http:
         async with Client(streamable_http_client(url, http_client=http), mode=ERAS[era]) as client:
             tools: list[dict[str, Any]] = []
             cursor = None

@@ -10,11 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
-import httpx2
 
 from envreg.canonical import canonical_json
 from envreg.errors import InvalidState, TooLarge, UpstreamError
-from envreg.http import ssl_context
+from envreg.http.client import async_client
 from envreg.protocol import AGENT_PORT, MCP_VERSION
 from envreg.runtime import Sandbox
 from envreg.validate import probe
@@ -187,7 +186,7 @@ async def control_token(ctx: Context) -> Outcome:
     problems, tried = [], 0
     async with ctx.second_lock:
         before = await sandbox.state_sha256()
-        async with httpx2.AsyncClient(timeout=10, verify=ssl_context()) as http:
+        async with async_client(timeout=10) as http:
             for label, headers in wrong.items():
                 for method, path, body in CONTROL_ROUTES:
                     response = await http.request(method, control_url + path, json=body, headers=headers)

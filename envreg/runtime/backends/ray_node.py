@@ -24,7 +24,7 @@ import anyio
 import httpx2
 
 from envreg.errors import EngineError, EnvregError
-from envreg.http import ssl_context
+from envreg.http.client import async_client
 from envreg.protocol import RUNTIME_LABEL
 from envreg.runtime.backends.base import EnvSpec, Server
 from envreg.runtime.backends.docker import DockerBackend, Limits
@@ -92,10 +92,9 @@ class NodeAgent:
 
         from envreg.runtime.gateway import QuietServer
 
-        self.http = httpx2.AsyncClient(
+        self.http = async_client(
             timeout=httpx2.Timeout(30.0, connect=2.0),
             limits=httpx2.Limits(max_connections=1000),
-            verify=ssl_context(),
         )
         self.backend = DockerBackend(self.runtime_id, self.http, self.limits, self.max_lifetime)
         self.backend.watch(self._died)

@@ -21,11 +21,15 @@ from urllib.parse import urlsplit
 import httpx2
 from starlette.types import Receive, Scope, Send
 
-from envreg.host_paths import public_text
+from envreg.http.access import shorten
+from envreg.http.asgi import BodyTooLarge, read_body, send_bytes, send_error
+from envreg.http.auth import bearer_matches
+from envreg.http.errors import error_body, too_large
+from envreg.http.jsonrpc import INTERNAL_ERROR
+from envreg.http.relay import relay
 from envreg.runtime.backends.base import Server
-from envreg.runtime.gateway import NOT_FORWARDED, relay
+from envreg.runtime.gateway import NOT_FORWARDED
 from envreg.runtime.upstream import UpstreamError, UpstreamPool
-from envreg.server.http import BodyTooLarge, bearer_matches, read_body, send_json
 
 PREFIX = "/servers/"
 PLANES = ("agent", "control")
@@ -57,9 +61,7 @@ class NodeProxy:
             return
         server_id, plane, rest = _split(scope["path"])
         if plane is None:
-            await send_json(
-                send, 404, {"error": f"no route {scope['path'][:80]}: use {PREFIX}<id>/agent|control/"}
-            )
+            await send_error(send, 404, f"no route {shorten(scope['path'])}: use {PREFIX}<id>/agent|control/")
             return
         if not bearer_matches(scope, self.secret):
             await _fail(send, plane, 401, "missing or wrong runtime secret")
@@ -71,7 +73,7 @@ class NodeProxy:
         try:
             body = await read_body(scope, receive, MAX_BODY)
         except BodyTooLarge:
-            await _fail(send, plane, 413, f"request body over the proxy's {MAX_BODY} byte limit")
+            await _fail(send, plane, 413, too_large(MAX_BODY))
             return
         # where the node's own client for that server goes, with the container's own token
         client = server.client
@@ -121,10 +123,5 @@ def _split(path: str) -> tuple[str, str | None, str]:
 
 async def _fail(send: Send, plane: str, status: int, message: str) -> None:
     """An error in the plane's own form: a JSON-RPC error for MCP clients, ``{"error"}`` for the control
-    plane; no path of the node in it (`public_text`)."""
-    message = public_text(message)
-    if plane == "agent":
-        body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32603, "message": message}}
-        await send_json(send, status, body)
-    else:
-        await send_json(send, status, {"error": message})
+    plane (`envreg.http.errors.error_body`)."""
+    await send_bytes(send, status, error_body(message, (plane == "agent", None), INTERNAL_ERROR))

@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from envreg.server.http import send_json
+from envreg.http.asgi import send_json
+from envreg.http.loopback import LOOPBACK_HOSTS
 
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
 CORS_METHODS = ("GET", "POST", "DELETE", "OPTIONS")
 EXPOSED_HEADERS = ("Mcp-Session-Id", "Mcp-Protocol-Version", "WWW-Authenticate")
 SHORT = 64
@@ -80,7 +80,7 @@ class AccessGuard:
         local_address, local_port = server
         if (port or 80) != local_port:
             return False
-        return name in LOOPBACK_NAMES or name == _ip_literal(local_address or "")
+        return name in LOOPBACK_HOSTS or name == _ip_literal(local_address or "")
 
     def allows_origin(self, origin: str, scope: Scope) -> bool:
         if self.any_origin or origin.rstrip("/") in self.cors_origins:
