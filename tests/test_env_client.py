@@ -89,3 +89,27 @@ async def test_a_refused_connection_fails_at_once() -> None:
         with pytest.raises(UpstreamError, match="did not answer") as caught:
             await client.state_sha256("default")
     assert not isinstance(caught.value, UpstreamConnectTimeout)
+
+
+async def test_a_body_over_a_planes_limit_is_too_large_naming_the_limit_and_changes_nothing() -> None:
+    """A real environment server in process, both planes capped at 2 KiB: a 413 is `TooLarge` (the
+    error tree's 413), on the agent plane as on the control plane, and its message names the limit."""
+    from conftest import COUNTER
+
+    from envreg.errors import TooLarge
+    from envreg.server.app import EnvServer, ServerConfig
+
+    agent, control = EnvServer.build(ServerConfig(env=COUNTER, token="token", max_body=2048)).planes()
+    mounts = {
+        "http://127.0.0.1:8000": httpx2.ASGITransport(app=agent),
+        "http://127.0.0.1:8001": httpx2.ASGITransport(app=control),
+    }
+    async with httpx2.AsyncClient(mounts=mounts) as http:
+        client = EnvClient(http, "http://127.0.0.1:8000", "http://127.0.0.1:8001", "token")
+        before = await client.get_state("default")
+        with pytest.raises(TooLarge, match="limit of 2,048 bytes"):
+            await client.call_tool("default", "increment", {"by": "9" * 4096})
+        with pytest.raises(TooLarge, match="limit of 2,048 bytes"):
+            await client.put_state("default", {**before, "padding": "x" * 4096})
+        assert await client.get_state("default") == before
+        assert (await client.call_tool("default", "increment", {})).error is None

@@ -40,15 +40,20 @@ _META = {
 _ids = count(1)
 
 
-def _ended(response: httpx2.Response) -> str:
-    """The message of a 410: the server process no longer serves the sandbox the request was for."""
+def _refusal(response: httpx2.Response, default: str = "request body too large") -> str:
+    """The message of an error answer, in any form a server sends: JSON-RPC's, ``{"error"}``, plain text."""
     try:
         data = response.json()
     except ValueError:
-        return "the environment server no longer serves this sandbox"
+        return response.text.strip()[:300] or default
     error = data.get("error") if isinstance(data, dict) else None
     message = error.get("message") if isinstance(error, dict) else error
-    return str(message or "the environment server no longer serves this sandbox")
+    return str(message or default)
+
+
+def _ended(response: httpx2.Response) -> str:
+    """The message of a 410: the server process no longer serves the sandbox the request was for."""
+    return _refusal(response, "the environment server no longer serves this sandbox")
 
 
 class EnvClient:
@@ -110,6 +115,8 @@ class EnvClient:
             raise SandboxGone(f"the environment server has no instance at {path}")
         if response.status_code == 410:
             raise SandboxGone(_ended(response))
+        if response.status_code == 413:
+            raise TooLarge(f"{method}: {_refusal(response)}")
         try:
             message = response.json()
         except ValueError:
@@ -152,7 +159,7 @@ class EnvClient:
         if response.status_code == 410:
             raise SandboxGone(_ended(response))
         if response.status_code == 413:
-            raise TooLarge(response.json().get("error", "request body too large"))
+            raise TooLarge(_refusal(response))
         if response.status_code == 429:  # its instances or their states' memory budget: full
             raise LimitReached(response.json().get("error", "the environment server is full"))
         if response.status_code not in expect:

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 
 from envreg.canonical import canonical_json
-from envreg.errors import InvalidState, TooLarge, UpstreamError
+from envreg.errors import InvalidState, TooLarge
 from envreg.http.client import async_client
 from envreg.protocol import AGENT_PORT, MCP_VERSION
 from envreg.runtime import Sandbox
@@ -238,10 +238,8 @@ async def _argument_problem(sandbox: Sandbox, ctx: Context, limit: int) -> tuple
     arguments = {params[0]: "x" * (limit + 1)}
     try:
         result = await call(sandbox, tool, arguments)
-    except UpstreamError as exc:
-        if "413" in str(exc):
-            return None, f"{tool} with {limit + 1:,} bytes of arguments: refused by the server (HTTP 413)"
-        raise
+    except TooLarge:
+        return None, f"{tool} with {limit + 1:,} bytes of arguments: refused by the server (HTTP 413)"
     if not result.is_error:
         return f"{tool} accepted {limit + 1:,} bytes of arguments (limit {limit:,})", ""
     if "limit" not in result.text and "max_argument_bytes" not in result.text:
