@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httptools
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from envreg.http.jsonrpc import jsonrpc_request
@@ -32,6 +33,36 @@ logger = logging.getLogger("envreg.gateway")
 
 MAX_HEAD = 64 * 1024
 _LEAVE = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"origin"})
+
+
+UVICORN_VERIFIED = ((0, 34), (0, 54))
+"""The uvicorn releases (minor versions, both included) whose private `HttpToolsProtocol` the lane was tested
+against (`tests/test_fastlane_contract.py` checks the surface it uses); outside them no gateway uses the lane."""
+
+
+def lane_supported(version: str | None = None) -> bool:
+    """Whether the lane may subclass uvicorn's HTTP protocol (`UVICORN_VERIFIED`; the installed one by default)."""
+    try:
+        release = tuple(int(part) for part in (version or uvicorn.__version__).split(".")[:2])
+    except ValueError:
+        return False
+    low, high = UVICORN_VERIFIED
+    return len(release) == 2 and low <= release <= high
+
+
+def fast_lane(lookup: Callable[[str], Any], max_body: int, timeout: float, keep_alive: int) -> Lane | None:
+    """A gateway's lane, or None (and a warning saying so) on a uvicorn it was not verified with."""
+    if lane_supported():
+        return Lane(lookup, max_body, timeout, keep_alive)
+    (low, high), found = UVICORN_VERIFIED, uvicorn.__version__
+    logger.warning(
+        "uvicorn %s: the gateway's fast lane is verified on uvicorn %d.%d to %d.%d only; every call goes "
+        "through ASGI (about 0.2 ms more per call). Install a verified uvicorn for the lane.",
+        found,
+        *low,
+        *high,
+    )
+    return None
 
 
 class Lane:

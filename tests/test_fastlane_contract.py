@@ -1,0 +1,111 @@
+"""What the fast lane takes from uvicorn's private HTTP protocol, checked against the uvicorn installed.
+
+`envreg.runtime.fastlane.LaneProtocol` subclasses `uvicorn.protocols.http.httptools_impl.HttpToolsProtocol`,
+which uvicorn does not promise to keep. These tests fail loudly, naming what moved, when an upgrade changes
+the surface the lane uses; outside `UVICORN_VERIFIED` no gateway uses the lane (it warns and serves ASGI).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+
+import pytest
+import uvicorn
+from uvicorn.protocols.http import httptools_impl
+
+from envreg.runtime import fastlane
+from envreg.runtime.fastlane import UVICORN_VERIFIED, Lane, fast_lane, lane_supported
+
+OVERRIDDEN = (
+    "connection_made",
+    "data_received",
+    "connection_lost",
+    "shutdown",
+    "pause_writing",
+    "resume_writing",
+)
+CALLED = ("_unset_keepalive_if_required",)
+"""Methods of uvicorn's protocol the lane overrides (and calls through `super()`), and those it calls."""
+pytestmark = pytest.mark.anyio
+SET_BY_CONNECTION_MADE = ("transport", "server", "server_state", "timeout_keep_alive", "loop")
+SET_BY_INIT = ("timeout_keep_alive_task",)
+
+
+def test_the_installed_uvicorn_is_one_the_lane_was_verified_with() -> None:
+    (low, high) = UVICORN_VERIFIED
+    assert lane_supported(), (
+        f"uvicorn {uvicorn.__version__} is outside UVICORN_VERIFIED {low}..{high}: run this file and "
+        "tests/test_fastlane.py against it, then widen UVICORN_VERIFIED in envreg/runtime/fastlane.py"
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "supported"),
+    [
+        ("0.34.0", True),
+        ("0.54.0", True),
+        ("0.54.7", True),
+        ("0.33.9", False),
+        ("0.55.0", False),
+        ("1.0.0", False),
+        ("garbage", False),
+        ("0", False),
+    ],
+)
+def test_versions_outside_the_verified_range_are_refused(version: str, supported: bool) -> None:
+    assert lane_supported(version) is supported
+
+
+def test_the_protocol_methods_the_lane_overrides_and_calls_exist_with_their_signatures() -> None:
+    base = httptools_impl.HttpToolsProtocol
+    for name in OVERRIDDEN + CALLED:
+        method = getattr(base, name, None)
+        assert callable(method), f"uvicorn {uvicorn.__version__}: HttpToolsProtocol.{name} is gone"
+    for name in OVERRIDDEN:
+        ours = inspect.signature(getattr(fastlane.LaneProtocol, name)).parameters
+        theirs = inspect.signature(getattr(base, name)).parameters
+        assert list(ours) == list(theirs), f"HttpToolsProtocol.{name}{tuple(theirs)} changed its parameters"
+    assert httptools_impl.STATUS_LINE[200] == b"HTTP/1.1 200 OK\r\n"
+    assert httptools_impl.STATUS_LINE[404].startswith(b"HTTP/1.1 404 ")
+
+
+async def test_a_connection_made_sets_the_attributes_the_lane_reads() -> None:
+    """A real protocol instance as uvicorn builds one for a connection, given a loopback socket's transport."""
+    config = uvicorn.Config(app=lambda *_: None, http=Lane(lambda _: None).protocol(), lifespan="off")
+    config.load()
+    server_state = uvicorn.server.ServerState()
+    loop = asyncio.get_running_loop()
+    served: list = []
+    server = await loop.create_server(
+        lambda: served.append(config.http_protocol_class(config, server_state, app_state={})) or served[-1],
+        "127.0.0.1",
+        0,
+    )
+    port = server.sockets[0].getsockname()[1]
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    for _ in range(100):
+        if served and getattr(served[0], "transport", None) is not None:
+            break
+        await asyncio.sleep(0.01)
+    protocol = served[0]
+    missing = [n for n in SET_BY_CONNECTION_MADE + SET_BY_INIT if not hasattr(protocol, n)]
+    assert not missing, f"uvicorn {uvicorn.__version__}: the protocol no longer sets {missing}"
+    assert protocol.lane.hosts == (
+        f"127.0.0.1:{port}".encode(),
+        f"localhost:{port}".encode(),
+        f"[::1]:{port}".encode(),
+    )
+    writer.close()
+    server.close()
+    await server.wait_closed()
+
+
+def test_an_unverified_uvicorn_gets_no_lane_and_a_warning(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(uvicorn, "__version__", "9.9.0")
+    with caplog.at_level(logging.WARNING, logger="envreg.gateway"):
+        assert fast_lane(lambda _: None, 1024, 30.0, 5) is None
+    assert "uvicorn 9.9.0" in caplog.text and "through ASGI" in caplog.text
+    monkeypatch.undo()
+    assert isinstance(fast_lane(lambda _: None, 1024, 30.0, 5), Lane)
