@@ -22,7 +22,9 @@ import uvicorn
 from envreg.config import envreg_home
 from envreg.http.asgi import KeepAlive
 from envreg.http.client import async_client
+from envreg.http.fastpath import verified
 from envreg.protocol import KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS
+from envreg.runtime.fastlane import Lane
 from envreg.runtime.gateway import QuietServer
 from envreg.server.listen import listen
 
@@ -139,6 +141,10 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
         ):
             rt.gateway_url = url  # sandboxes' mcp_url: this port serves the gateway too
             app = create_app(rt, settings, http)
+            # the runtime's own gateway's fast lane: a plain tool call skips ASGI, the rest goes to `app`
+            lane = None
+            if verified("daemon's gateway"):
+                lane = Lane(rt.get, app.gateway.max_body, app.gateway.timeout, config.keep_alive)
             server = QuietServer(
                 uvicorn.Config(
                     KeepAlive(app, config.keep_alive),
@@ -147,6 +153,7 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
                     access_log=False,
                     timeout_keep_alive=config.keep_alive + KEEP_ALIVE_GRACE,
                     timeout_graceful_shutdown=5,
+                    **({"http": lane.protocol()} if lane is not None else {}),
                 )
             )
             async with anyio.create_task_group() as tg:
@@ -171,6 +178,8 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
                 if ready is not None:
                     ready(url, token)
             await app.gateway.aclose()
+            if lane is not None:
+                lane.close()
     finally:
         if config.write_file:
             remove_daemon_file()

@@ -8,11 +8,15 @@ from starlette.types import Scope
 
 
 def bearer_token(scope: Scope) -> bytes | None:
-    """The token of an ``Authorization: Bearer <token>`` header (the scheme is case-insensitive, RFC 7235)."""
-    given = next((v for k, v in scope["headers"] if k == b"authorization"), None)
-    if given is None:
+    """The token of the request's ``Authorization: Bearer <token>`` header."""
+    return parse_bearer(next((v for k, v in scope["headers"] if k == b"authorization"), None))
+
+
+def parse_bearer(authorization: bytes | None) -> bytes | None:
+    """The token of an ``Authorization`` value ``Bearer <token>`` (the scheme is case-insensitive, RFC 7235)."""
+    if authorization is None:
         return None
-    scheme, _, token = given.strip().partition(b" ")
+    scheme, _, token = authorization.strip().partition(b" ")
     return token.strip() if scheme.lower() == b"bearer" and token.strip() else None
 
 

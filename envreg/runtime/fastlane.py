@@ -1,13 +1,13 @@
 """The gateway's fast lane: the hot MCP request (one POST to a sandbox) relayed without ASGI.
 
 An agent's tool call is a POST to ``/sandboxes/<id>/mcp`` with a JSON body and the sandbox's token;
-its answer is JSON. The lane takes such a request straight off the socket (uvicorn's own HTTP
-protocol, subclassed), checks the same things the gateway checks, writes it to a pooled keep-alive
-connection to the environment server, and writes the answer back, all in protocol callbacks: no
-ASGI scope, no task, no stream object per call. Anything else (another method or path, a Host that
-is not loopback, an Origin, no token or a wrong one, a body over the limit, chunked requests,
-``Expect``, HTTP/1.0) leaves the lane at that request: the connection is handed to uvicorn's
-protocol and the ASGI gateway answers it and everything after it on that connection.
+its answer is JSON. The lane (a `envreg.http.fastpath.FastPath`) takes such a request straight off the
+socket, checks the same things the gateway checks, writes it to a pooled keep-alive connection to the
+environment server, and writes the answer back, all in protocol callbacks: no ASGI scope, no task, no
+stream object per call. Anything else (another method or path, a Host that is not loopback, an Origin,
+no token or a wrong one, a body over the limit, chunked requests, ``Expect``, HTTP/1.0) leaves the lane
+at that request: the connection is handed to uvicorn's protocol and the ASGI gateway answers it and
+everything after it on that connection.
 """
 
 from __future__ import annotations
@@ -20,53 +20,20 @@ from collections.abc import Callable
 from typing import Any
 
 import httptools
-import uvicorn
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
+from envreg.http.fastpath import FastPath, FastProtocol, Head
 from envreg.http.jsonrpc import jsonrpc_request
-from envreg.http.loopback import LOOPBACK_HOSTS
 from envreg.http.relay import HOP_BY_HOP
 from envreg.protocol import GATEWAY_PREFIX, KEEP_ALIVE_SECONDS, UPSTREAM_IDLE_SECONDS
 from envreg.runtime.gateway import GENERATION, NOT_FORWARDED, upstream_error_body
 
 logger = logging.getLogger("envreg.gateway")
-
-MAX_HEAD = 64 * 1024
-_LEAVE = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"origin"})
+_PREFIX = GATEWAY_PREFIX.encode()
 
 
-UVICORN_VERIFIED = ((0, 34), (0, 54))
-"""The uvicorn releases (minor versions, both included) whose private `HttpToolsProtocol` the lane was tested
-against (`tests/test_fastlane_contract.py` checks the surface it uses); outside them no gateway uses the lane."""
-
-
-def lane_supported(version: str | None = None) -> bool:
-    """Whether the lane may subclass uvicorn's HTTP protocol (`UVICORN_VERIFIED`; the installed one by default)."""
-    try:
-        release = tuple(int(part) for part in (version or uvicorn.__version__).split(".")[:2])
-    except ValueError:
-        return False
-    low, high = UVICORN_VERIFIED
-    return len(release) == 2 and low <= release <= high
-
-
-def fast_lane(lookup: Callable[[str], Any], max_body: int, timeout: float, keep_alive: int) -> Lane | None:
-    """A gateway's lane, or None (and a warning saying so) on a uvicorn it was not verified with."""
-    if lane_supported():
-        return Lane(lookup, max_body, timeout, keep_alive)
-    (low, high), found = UVICORN_VERIFIED, uvicorn.__version__
-    logger.warning(
-        "uvicorn %s: the gateway's fast lane is verified on uvicorn %d.%d to %d.%d only; every call goes "
-        "through ASGI (about 0.2 ms more per call). Install a verified uvicorn for the lane.",
-        found,
-        *low,
-        *high,
-    )
-    return None
-
-
-class Lane:
-    """What the lane needs from the gateway: sandboxes by id, the body limit, the upstream timeout."""
+class Lane(FastPath):
+    """The gateway's fast path: sandboxes by id (`lookup`), the body limit, the upstream timeout."""
 
     def __init__(
         self,
@@ -75,22 +42,10 @@ class Lane:
         timeout: float = 30.0,
         keep_alive: int = KEEP_ALIVE_SECONDS,
     ) -> None:
+        super().__init__(max_body, keep_alive)
         self.lookup = lookup
-        self.max_body = max_body
         self.timeout = timeout
-        self.keep_alive_header = b"keep-alive: timeout=%d\r\n" % keep_alive
-        """What answers say of an idle connection's life (uvicorn's `timeout_keep_alive` is its end)."""
-        self.hosts: tuple[bytes, ...] = ()
         self.idle: dict[tuple, list[Upstream]] = defaultdict(list)
-        self.calls = 0
-
-    def bind(self, port: int) -> None:
-        """Accept Host headers naming this port on a loopback name (the gateway's default rule)."""
-        self.hosts = tuple(f"{h}:{port}".encode() for h in LOOPBACK_HOSTS)
-
-    def protocol(self) -> type[HttpToolsProtocol]:
-        """uvicorn's HTTP protocol class with this lane in front (give it to `uvicorn.Config(http=...)`)."""
-        return type("GatewayLaneProtocol", (LaneProtocol,), {"lane": self})
 
     def close(self) -> None:
         for conns in self.idle.values():
@@ -98,61 +53,43 @@ class Lane:
                 conn.close()
         self.idle.clear()
 
-    # a request off the socket ------------------------------------------------------------------
-    def parse(self, head: bytes) -> tuple[Any, bytes, list[tuple[bytes, bytes]], int, bool] | None:
-        """(sandbox, target, forwarded headers, body length, keep-alive) when the lane takes it."""
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ")
-        if len(parts) != 3 or parts[0] != b"POST" or parts[2] != b"HTTP/1.1":
+    def begin(self, head: Head, body: bytes) -> Relay | None:
+        """The relay of a tool call to a live sandbox that this client holds the token of."""
+        path = head.path
+        if not path.startswith(_PREFIX) or not path.endswith(b"/mcp") or head.host not in self.hosts:
             return None
-        path = parts[1]
-        prefix = GATEWAY_PREFIX.encode()
-        if not path.startswith(prefix) or not path.endswith(b"/mcp") or b"%" in path or b"?" in path:
-            return None
-        sandbox_id = path[len(prefix) : -4]
-        if not sandbox_id or b"/" in sandbox_id:
-            return None
-        headers: list[tuple[bytes, bytes]] = []
-        host = auth = length = None
-        keep_alive = True
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep or not name or name != name.strip():
-                return None
-            name, value = name.lower(), value.strip(b" \t")
-            if name in _LEAVE:
-                return None
-            if name == b"host":
-                if host is not None:
-                    return None
-                host = value
-            elif name == b"authorization":
-                if auth is not None:
-                    return None
-                auth = value
-            elif name == b"content-length":
-                if length is not None or not value.isdigit():
-                    return None
-                length = int(value)
-            elif name == b"connection":
-                keep_alive = b"close" not in value.lower()
-            if name not in NOT_FORWARDED:
-                headers.append((name, value))
-        if host not in self.hosts or auth is None or length is None or length > self.max_body:
+        sandbox_id = path[len(_PREFIX) : -4]
+        if not sandbox_id or b"/" in sandbox_id or head.authorization is None:
             return None
         sandbox = self.lookup(sandbox_id.decode("ascii", "replace"))
         if sandbox is None or sandbox.ended is not None or not sandbox.token:
             return None
-        if not hmac.compare_digest(auth, b"Bearer " + sandbox.token.encode()):
+        if not hmac.compare_digest(head.authorization, b"Bearer " + sandbox.token.encode()):
             return None
         upstream = sandbox.upstream
         if upstream is None:
             return None
+        headers = [(k, v) for k, v in head.headers if k not in NOT_FORWARDED]
         if upstream.token:
             headers.append((b"authorization", b"Bearer " + upstream.token.encode()))
         if upstream.generation is not None:
             headers.append((GENERATION, str(upstream.generation).encode()))
-        return sandbox, upstream, headers, length, keep_alive
+        request = b"".join(
+            [
+                b"POST ",
+                upstream.path.encode(),
+                b" HTTP/1.1\r\nhost: ",
+                f"{upstream.host}:{upstream.port}".encode(),
+                b"\r\ncontent-length: ",
+                str(len(body)).encode(),
+                b"\r\n",
+                *(k + b": " + v + b"\r\n" for k, v in headers),
+                b"\r\n",
+                body,
+            ]
+        )
+        key = (upstream.server_id, upstream.host, upstream.port)
+        return Relay(self, sandbox, key, request, head.keep_alive)
 
     # upstream connections ----------------------------------------------------------------------
     def take(self, key: tuple) -> Upstream | None:
@@ -170,125 +107,16 @@ class Lane:
         self.idle[conn.key].append(conn)
 
 
-class LaneProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol with the lane in front; it leaves the lane at the first request the
-    lane does not take, and from then on uvicorn parses the connection and the ASGI gateway answers."""
+class Relay:
+    """One request relayed upstream and its answer relayed back (an `envreg.http.fastpath.Exchange`)."""
 
-    lane: Lane
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._in_lane = True
-        self._buffer = bytearray()
-        self._exchange: Exchange | None = None
-        self._closing = False
-        if not self.lane.hosts and self.server:
-            self.lane.bind(self.server[1])  # pyright: ignore[reportArgumentType]
-
-    def data_received(self, data: bytes) -> None:
-        if not self._in_lane:
-            super().data_received(data)
-            return
-        self._unset_keepalive_if_required()
-        self._buffer += data
-        if self._exchange is None:
-            self._next()
-
-    def _next(self) -> None:
-        buffer = self._buffer
-        end = buffer.find(b"\r\n\r\n")
-        if end < 0:
-            if len(buffer) > MAX_HEAD:
-                self._leave()
-            return
-        taken = self.lane.parse(bytes(buffer[:end]))
-        if taken is None:
-            self._leave()
-            return
-        sandbox, upstream, headers, length, keep_alive = taken
-        total = end + 4 + length
-        if len(buffer) < total:
-            return
-        body = bytes(buffer[end + 4 : total])
-        del buffer[:total]
-        target = upstream.path.encode()  # pyright: ignore[reportAttributeAccessIssue]
-        request = b"".join(
-            [
-                b"POST ",
-                target,
-                b" HTTP/1.1\r\nhost: ",
-                f"{upstream.host}:{upstream.port}".encode(),  # pyright: ignore[reportAttributeAccessIssue]
-                b"\r\ncontent-length: ",
-                str(len(body)).encode(),
-                b"\r\n",
-                *(k + b": " + v + b"\r\n" for k, v in headers),
-                b"\r\n",
-                body,
-            ]
-        )
-        self.lane.calls += 1
-        self._exchange = Exchange(self, sandbox, (upstream.server_id, upstream.host, upstream.port), request)  # pyright: ignore[reportAttributeAccessIssue]
-        self._exchange.keep_alive = keep_alive
-        self._exchange.start()
-
-    def _leave(self) -> None:
-        """Hand the connection to uvicorn's parser, from the request that the lane did not take on."""
-        self._in_lane = False
-        data, self._buffer = bytes(self._buffer), bytearray()
-        super().data_received(data)
-
-    # the exchange calls these ------------------------------------------------------------------
-    def write(self, data: bytes) -> None:
-        if not self.transport.is_closing():
-            self.transport.write(data)
-
-    def finished(self, keep_alive: bool) -> None:
-        self._exchange = None
-        self.server_state.total_requests += 1
-        if not keep_alive or self._closing or self.transport.is_closing():
-            self.transport.close()
-            return
-        if self._buffer:
-            self._next()
-        else:
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._exchange is not None:
-            self._exchange.abandon()
-            self._exchange = None
-        super().connection_lost(exc)
-
-    def shutdown(self) -> None:
-        if not self._in_lane:
-            super().shutdown()
-        elif self._exchange is None:
-            self.transport.close()
-        else:
-            self._closing = True
-
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        if self._exchange is not None:
-            self._exchange.pause()
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        if self._exchange is not None:
-            self._exchange.resume()
-
-
-class Exchange:
-    """One request relayed upstream and its answer relayed back."""
-
-    def __init__(self, client: LaneProtocol, sandbox: Any, key: tuple, request: bytes) -> None:
-        self.client = client
+    def __init__(self, lane: Lane, sandbox: Any, key: tuple, request: bytes, keep_alive: bool) -> None:
+        self.lane = lane
+        self.client: FastProtocol = None  # type: ignore[assignment]
         self.sandbox = sandbox
         self.key = key
         self.request = request
-        self.keep_alive = True
+        self.keep_alive = keep_alive
         self.upstream: Upstream | None = None
         self.head_sent = False
         self.chunked = False
@@ -296,14 +124,15 @@ class Exchange:
         self.reused = False
         self.timer: asyncio.TimerHandle | None = None
 
-    def start(self) -> None:
-        lane = self.client.lane
-        self.timer = self.client.loop.call_later(lane.timeout, self.timed_out)
-        conn = lane.take(self.key)
-        if conn is None:
-            self.client.loop.create_task(self.connect())
+    def start(self, conn: FastProtocol) -> None:
+        self.client = conn
+        lane = self.lane
+        self.timer = conn.loop.call_later(lane.timeout, self.timed_out)
+        upstream = lane.take(self.key)
+        if upstream is None:
+            conn.loop.create_task(self.connect())
         else:
-            self.send(conn, reused=True)
+            self.send(upstream, reused=True)
 
     async def connect(self) -> None:
         _, host, port = self.key
@@ -333,7 +162,7 @@ class Exchange:
         self.chunked = length is None
         if self.chunked:
             out.append(b"transfer-encoding: chunked\r\n")
-        out.append(self.client.lane.keep_alive_header if self.keep_alive else b"connection: close\r\n")
+        out.append(self.lane.keep_alive_header if self.keep_alive else b"connection: close\r\n")
         out.append(b"\r\n")
         self.head_sent = True
         return b"".join(out)
@@ -377,7 +206,7 @@ class Exchange:
         if self.head_sent:
             self.client.finished(False)
         else:
-            timeout = self.client.lane.timeout
+            timeout = self.lane.timeout
             self.fail(
                 504, f"sandbox {self.sandbox.id}: no answer in {timeout:g} s; the call may still complete"
             )
@@ -418,7 +247,7 @@ class Exchange:
             return
         conn.exchange = None
         if reusable and not conn.closed:
-            self.client.lane.give_back(conn)
+            self.lane.give_back(conn)
         else:
             conn.close()
 
@@ -433,7 +262,7 @@ class Upstream(asyncio.Protocol):
 
     def __init__(self, key: tuple) -> None:
         self.key = key
-        self.exchange: Exchange | None = None
+        self.exchange: Relay | None = None
         self.closed = False
         self.idle_since = 0.0
         self.transport: asyncio.Transport = None  # type: ignore[assignment]

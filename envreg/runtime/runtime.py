@@ -313,13 +313,16 @@ class Runtime:
 
         from envreg.http.access import AccessGuard
         from envreg.http.asgi import KeepAlive
-        from envreg.runtime.fastlane import fast_lane
+        from envreg.http.fastpath import verified
+        from envreg.runtime.fastlane import Lane
         from envreg.runtime.gateway import Gateway, QuietServer
 
         assert self._http is not None
         gateway = self._gateway = Gateway(self.get, self._http, ended=self.ended_reason)
         keep_alive = self.gateway_keep_alive
-        self._lane = fast_lane(self.get, gateway.max_body, gateway.timeout, keep_alive) if self.gateway_lane else None
+        self._lane = None
+        if self.gateway_lane and verified("gateway"):
+            self._lane = Lane(self.get, gateway.max_body, gateway.timeout, keep_alive)
         config = uvicorn.Config(
             KeepAlive(AccessGuard(gateway, self.allowed_hosts, self.cors_origins), keep_alive),
             host=self.gateway_host,

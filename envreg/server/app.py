@@ -149,6 +149,9 @@ async def serve_async(
     """Serve both planes on `sockets` (agent then control, listening) until told to stop."""
     import uvicorn
 
+    from envreg.http.fastpath import verified
+    from envreg.server.agent_lane import AgentLane
+
     server = EnvServer.build(config, env)
     # keep-alive outlasts the gateway's pooled connections (envreg.protocol.UPSTREAM_IDLE_SECONDS)
     common: dict[str, Any] = {
@@ -162,8 +165,11 @@ async def serve_async(
         "lifespan": "off",  # the one background task (the mcp SDK, on demand) runs in the task group below
     }
     agent_plane, control_plane = server.planes()
+    lane = {}
+    if server.agent.lean is not None and verified("environment server"):
+        lane = {"http": AgentLane(server.agent, KEEP_ALIVE_SECONDS, server.lease).protocol()}
     agent = uvicorn.Server(
-        uvicorn.Config(KeepAlive(agent_plane, KEEP_ALIVE_SECONDS), port=config.port, **common)
+        uvicorn.Config(KeepAlive(agent_plane, KEEP_ALIVE_SECONDS), port=config.port, **common, **lane)
     )
     control = uvicorn.Server(
         uvicorn.Config(KeepAlive(control_plane, KEEP_ALIVE_SECONDS), port=config.control_port, **common)

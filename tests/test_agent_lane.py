@@ -1,0 +1,150 @@
+"""The agent plane's fast path (`envreg.server.agent_lane` on `envreg.http.fastpath`), over raw sockets.
+
+The environment server's agent plane served by uvicorn in the test's loop, as `serve_async` serves it
+(the lane's protocol in front of the ASGI plane): the lean path's answers come off the socket, everything
+else (pipelined after a refusal, chunked bodies, HTTP/1.0, a client that leaves half-way) through ASGI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import anyio
+import anyio.abc
+import pytest
+from conftest import COUNTER
+from servers import modern_request
+from test_fastlane import read_answers
+
+from envreg.http.asgi import KeepAlive
+from envreg.protocol import DEFAULT_INSTANCE
+from envreg.runtime.gateway import QuietServer
+from envreg.server.agent_lane import AgentLane
+from envreg.server.app import EnvServer, ServerConfig
+
+pytestmark = pytest.mark.anyio
+AGENT_TOKEN = "agent-t0ken"
+
+
+class Served:
+    """An environment server's agent plane on a loopback port, its lane in front."""
+
+    def __init__(self, **config) -> None:
+        self.server = EnvServer.build(ServerConfig(env=COUNTER, token="t", agent_token=AGENT_TOKEN, **config))
+        self.lane = AgentLane(self.server.agent, 5, self.server.lease)
+        self.port = 0
+
+    async def __aenter__(self) -> Served:
+        import uvicorn
+
+        agent, _ = self.server.planes()
+        config = uvicorn.Config(
+            KeepAlive(agent, 5), host="127.0.0.1", port=0, lifespan="off", log_level="warning",
+            http=self.lane.protocol(),
+        )  # fmt: skip
+        self.uvicorn = QuietServer(config)
+        loop = asyncio.get_running_loop()
+        self._sdk = loop.create_task(self.server.agent.sdk.run())  # what the lean path hands on, on demand
+        self._task = loop.create_task(self.uvicorn.serve())
+        while not self.uvicorn.started:
+            await anyio.sleep(0.01)
+        self.port = self.uvicorn.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.uvicorn.should_exit = True
+        await self._task
+        self._sdk.cancel()
+
+    @property
+    def value(self) -> int:
+        return self.server.store.get(DEFAULT_INSTANCE).state.value
+
+    def call(
+        self, rid: int, tool: str = "increment", token: str = AGENT_TOKEN, version: str = "1.1"
+    ) -> bytes:
+        arguments = {"by": 1} if tool == "increment" else {}
+        body, headers = modern_request("tools/call", {"name": tool, "arguments": arguments}, rid=rid)
+        data = json.dumps(body).encode()
+        head = f"POST /mcp HTTP/{version}\r\nhost: 127.0.0.1:{self.port}\r\nauthorization: Bearer {token}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        return f"{head}content-length: {len(data)}\r\n\r\n".encode() + data
+
+
+def result(body: bytes) -> object:
+    return json.loads(json.loads(body)["result"]["content"][0]["text"])
+
+
+async def test_tool_calls_are_answered_off_the_socket_with_the_lean_paths_answer() -> None:
+    async with Served() as served, await anyio.connect_tcp("127.0.0.1", served.port) as stream:
+        await stream.send(served.call(1))
+        [(status, body)] = await read_answers(stream, 1)
+        assert status == 200 and json.loads(body)["id"] == 1 and served.lane.calls == 1
+        assert served.value == result(body) == 1
+
+
+async def test_pipelined_calls_are_answered_in_order_then_asgi_takes_over() -> None:
+    async with Served() as served, await anyio.connect_tcp("127.0.0.1", served.port) as stream:
+        bad = served.call(3, token="wrong")
+        await stream.send(served.call(1) + served.call(2) + bad + served.call(4))
+        answers = await read_answers(stream, 4)
+        assert [s for s, _ in answers] == [200, 200, 401, 200]
+        assert [json.loads(b)["id"] for _, b in answers] == [1, 2, None, 4]
+        assert served.lane.calls == 2, "the refused call and everything after it went through ASGI"
+        assert served.value == 3
+
+
+@pytest.mark.parametrize("form", ["chunked", "http/1.0", "initialize"])
+async def test_what_the_lane_does_not_take_is_answered_by_the_asgi_plane(form: str) -> None:
+    async with Served() as served, await anyio.connect_tcp("127.0.0.1", served.port) as stream:
+        request = served.call(1, version="1.0" if form == "http/1.0" else "1.1")
+        if form == "chunked":
+            head, _, data = request.partition(b"\r\n\r\n")
+            head = head.replace(b"content-length: ", b"transfer-encoding: chunked\r\nx-was: ")
+            request = head + b"\r\n\r\n" + b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data)
+        if form == "initialize":  # a session-era request: the lean path hands it to the SDK
+            request = request.replace(
+                b"mcp-protocol-version: 2026-07-28", b"mcp-protocol-version: 2025-11-25"
+            )
+        await stream.send(request)
+        [(status, _)] = await read_answers(stream, 1)
+        assert served.lane.calls == 0
+        if form != "initialize":
+            assert status == 200 and served.value == 1
+
+
+async def test_a_client_that_leaves_half_way_changes_nothing_and_others_are_served() -> None:
+    async with Served() as served:
+        async with await anyio.connect_tcp("127.0.0.1", served.port) as stream:
+            await stream.send(served.call(1)[:-10])  # the body is 10 bytes short
+        async with await anyio.connect_tcp("127.0.0.1", served.port) as stream:
+            await stream.send(served.call(2))
+            [(status, body)] = await read_answers(stream, 1)
+        assert status == 200 and result(body) == 1 and served.value == 1
+
+
+async def test_a_reader_that_does_not_read_gets_every_answer_in_order_once_it_reads() -> None:
+    """Back-pressure: 2,000 calls sent at once to a client with a 4 KiB receive buffer that reads none for a
+    while; the server's writes pause and resume, and no answer is lost or reordered."""
+    async with Served() as served, await anyio.connect_tcp("127.0.0.1", served.port) as stream:
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        await stream.send(b"".join(served.call(i, tool="get") for i in range(1, 2001)))
+        await anyio.sleep(0.3)
+        answers = await read_answers(stream, 2000)
+        assert [json.loads(b)["id"] for _, b in answers] == list(range(1, 2001))
+        assert served.lane.calls == 2000
+
+
+async def test_a_recycled_servers_lease_refuses_a_pinned_call_through_asgi() -> None:
+    async with (
+        Served(recyclable=True, generation=2) as served,
+        await anyio.connect_tcp("127.0.0.1", served.port) as stream,
+    ):
+        stale = served.call(1).replace(b"\r\n\r\n", b"\r\nx-envreg-generation: 1\r\n\r\n", 1)
+        await stream.send(stale)
+        [(status, body)] = await read_answers(stream, 1)
+        assert status == 410 and served.lane.calls == 0 and served.value == 0
+        assert "recycled" in json.loads(body)["error"]["message"]
