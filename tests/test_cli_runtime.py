@@ -373,3 +373,88 @@ def test_gc_takes_a_container_removed_while_it_lists_as_already_gone() -> None:
     assert vanished and garbage.failed == []
     other = next(c for c in made if c not in vanished)
     assert client.api.containers(all=True, filters={"id": other}) == [], "the rest is still collected"
+
+
+def _runtime_labels(runtime: str) -> list[str]:
+    from envreg.protocol import MANAGED_LABEL, RUNTIME_LABEL
+
+    return ["--label", f"{MANAGED_LABEL}=true", "--label", f"{RUNTIME_LABEL}={runtime}"]
+
+
+def _keeper(runtime: str, *, start: bool) -> str:
+    """A keeper of `runtime` as `Keeper` makes one: created, then (with `start`) started."""
+    from envreg.protocol import KEEPER_LABEL
+
+    command = "run -d" if start else "create"
+    labels = [*_runtime_labels(runtime), "--label", f"{KEEPER_LABEL}={runtime}"]
+    return subprocess.run(
+        ["docker", *command.split(), *labels, "--network", "none", "--entrypoint", "sleep", "envreg/base:latest", "600"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+@gc_group
+def test_gc_leaves_a_runtime_that_is_starting_alone() -> None:
+    """A runtime between its keeper's create and start (CI: another test's `gc --grace 0` took the network of a
+    runtime in that state, and its first sandbox started without one: KeyError 'envreg-rt_...')."""
+    import docker
+
+    from envreg.runtime.backends.docker_keeper import STARTING, Liveness, collect_garbage
+
+    runtime = "rt_start" + os.urandom(3).hex()
+    keeper = _keeper(runtime, start=False)
+    network = f"envreg-{runtime}"
+    subprocess.run(
+        ["docker", "network", "create", *_runtime_labels(runtime), network], capture_output=True, check=True
+    )
+    client = docker.from_env()
+    try:
+        garbage = collect_garbage(client, grace=0)
+        assert network not in garbage.networks and docker_ids("network", f"io.envreg.runtime={runtime}")
+        assert keeper in {c.id for c in client.containers.list(all=True, filters={"id": keeper})}
+        # a keeper created and never started for longer than a start takes: its runtime died starting
+        later = Liveness.read(client, now=time.time() + STARTING + 1)
+        assert runtime not in later.alive and runtime in later.gone_since
+    finally:
+        subprocess.run(["docker", "rm", "-f", keeper], capture_output=True)
+        subprocess.run(["docker", "network", "rm", network], capture_output=True)
+        client.close()
+
+
+@gc_group
+def test_gc_leaves_a_runtime_that_starts_while_it_runs_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime that makes its keeper and its network after gc read who lives: what is newer than gc's
+    clock reading is kept, though its keeper was not in the read."""
+    import docker
+    from docker.models.containers import ContainerCollection
+
+    from envreg.runtime.backends.docker_keeper import collect_garbage
+
+    runtime = "rt_during" + os.urandom(3).hex()
+    network = f"envreg-{runtime}"
+    made: list[str] = []
+    client = docker.from_env()
+    listing = ContainerCollection.list
+
+    def list_then_a_runtime_starts(self, *args, **kwargs):
+        found = listing(self, *args, **kwargs)
+        if not made:  # right after gc's first listing, a runtime starts: keeper first, then its network
+            made.append(_keeper(runtime, start=True))
+            subprocess.run(
+                ["docker", "network", "create", *_runtime_labels(runtime), network],
+                capture_output=True,
+                check=True,
+            )
+        return found
+
+    monkeypatch.setattr(ContainerCollection, "list", list_then_a_runtime_starts)
+    try:
+        garbage = collect_garbage(client, grace=0)
+        assert made and network not in garbage.networks, (
+            "gc removed the network of a runtime that had started"
+        )
+        assert docker_ids("network", f"io.envreg.runtime={runtime}")
+    finally:
+        subprocess.run(["docker", "rm", "-f", *made], capture_output=True)
+        subprocess.run(["docker", "network", "rm", network], capture_output=True)
+        client.close()

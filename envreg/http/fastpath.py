@@ -302,4 +302,3 @@ class FastProtocol(HttpToolsProtocol):
             self._paused = False
             self.transport.resume_reading()
             self._next()
-

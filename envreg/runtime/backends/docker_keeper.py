@@ -124,6 +124,9 @@ def _epoch(text: str) -> float:
 
 
 ALIVE_STATES = ("running", "paused", "restarting")  # a paused keeper's runtime still holds its connection
+STARTING = 60.0
+"""Seconds a keeper created but not started yet counts as alive: its runtime is between the keeper's create and
+start (`Keeper._start`), and nothing else of it exists yet; `--grace 0` must not take it for dead."""
 
 
 @dataclass
@@ -134,17 +137,19 @@ class Liveness:
     gone_since: dict[str, float]
 
     @classmethod
-    def read(cls, client: Any) -> Liveness:
+    def read(cls, client: Any, now: float | None = None) -> Liveness:
+        now = time.time() if now is None else now
         alive: set[str] = set()
         gone_since: dict[str, float] = {}
         for keeper in client.containers.list(all=True, filters={"label": KEEPER_LABEL}, ignore_removed=True):
             runtime = keeper.labels.get(KEEPER_LABEL, "")
-            if keeper.status in ALIVE_STATES:
+            created = _epoch(keeper.attrs.get("Created", ""))
+            if keeper.status in ALIVE_STATES or (keeper.status == "created" and now - created < STARTING):
                 alive.add(runtime)
                 continue
-            # exited or dead: since it finished; created, never started (a runtime starting it): since then
+            # exited or dead: since it finished; created and never started in `STARTING`: since its creation
             state = keeper.attrs.get("State", {})
-            last = _epoch(state.get("FinishedAt", "")) or _epoch(keeper.attrs.get("Created", ""))
+            last = _epoch(state.get("FinishedAt", "")) or created
             gone_since[runtime] = max(gone_since.get(runtime, 0.0), last)
         return cls(alive, gone_since)
 
@@ -190,8 +195,8 @@ def collect_garbage(
 
     from envreg.runtime.backends.docker_network import PhantomEndpoint, remove_network, remove_orphan_rules
 
-    now = time.time()
-    liveness = Liveness.read(client)
+    now = time.time()  # before any listing: what a runtime makes from here on is newer than `now`, and kept
+    liveness = Liveness.read(client, now)
     garbage = Garbage()
     kept: dict[str, Kept] = {}
 
