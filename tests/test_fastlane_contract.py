@@ -42,15 +42,18 @@ def test_the_installed_uvicorn_is_one_the_lane_was_verified_with() -> None:
     )
 
 
+_LOW, _HIGH = UVICORN_VERIFIED
+
+
 @pytest.mark.parametrize(
     ("version", "supported"),
     [
-        ("0.34.0", True),
-        ("0.54.0", True),
-        ("0.54.7", True),
-        ("0.33.9", False),
-        ("0.55.0", False),
-        ("1.0.0", False),
+        ("%d.%d.0" % _LOW, True),
+        ("%d.%d.0" % _HIGH, True),
+        ("%d.%d.7" % _HIGH, True),
+        ("%d.%d.9" % (_LOW[0], _LOW[1] - 1), False),
+        ("%d.%d.0" % (_HIGH[0], _HIGH[1] + 1), False),
+        ("%d.0.0" % (_HIGH[0] + 1), False),
         ("garbage", False),
         ("0", False),
     ],

@@ -32,7 +32,7 @@ logger = logging.getLogger("envreg.http")
 MAX_HEAD = 64 * 1024
 LEAVE = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"origin"})
 """Request headers whose requests the fast path leaves to uvicorn."""
-UVICORN_VERIFIED = ((0, 34), (0, 54))
+UVICORN_VERIFIED = ((0, 34), (0, 55))
 """The uvicorn releases (minor versions, both included) whose private `HttpToolsProtocol` the fast path
 was tested against; outside them no front uses it."""
 
