@@ -48,12 +48,12 @@ _LOW, _HIGH = UVICORN_VERIFIED
 @pytest.mark.parametrize(
     ("version", "supported"),
     [
-        ("%d.%d.0" % _LOW, True),
-        ("%d.%d.0" % _HIGH, True),
-        ("%d.%d.7" % _HIGH, True),
-        ("%d.%d.9" % (_LOW[0], _LOW[1] - 1), False),
-        ("%d.%d.0" % (_HIGH[0], _HIGH[1] + 1), False),
-        ("%d.0.0" % (_HIGH[0] + 1), False),
+        (f"{_LOW[0]}.{_LOW[1]}.0", True),
+        (f"{_HIGH[0]}.{_HIGH[1]}.0", True),
+        (f"{_HIGH[0]}.{_HIGH[1]}.7", True),
+        (f"{_LOW[0]}.{_LOW[1] - 1}.9", False),
+        (f"{_HIGH[0]}.{_HIGH[1] + 1}.0", False),
+        (f"{_HIGH[0] + 1}.0.0", False),
         ("garbage", False),
         ("0", False),
     ],

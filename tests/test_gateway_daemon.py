@@ -11,6 +11,7 @@ import httpx2
 import pytest
 from daemon_helpers import DaemonProcess
 from gateway_helpers import LEGACY, LIST, MODERN, legacy_client
+from servers import modern_request
 
 APP = "http://localhost:6274"  # where the MCP Inspector's web UI runs
 
@@ -161,3 +162,31 @@ async def test_open_streams_end_cleanly_when_sandboxes_stop_and_the_daemon_stops
     assert "Traceback" not in output and "Exception in ASGI application" not in output, output
     assert "timeout graceful shutdown exceeded" not in output, output
     assert stopped < 5, (stopped, output)
+
+
+@pytest.mark.docker
+def test_tool_calls_on_the_daemons_port_take_the_gateways_fast_path(
+    daemon: DaemonProcess, reference_images
+) -> None:
+    """The daemon's port relays a plain tool call as the runtime's own gateway does, off the socket
+    (`/v1/healthz` counts them); what the fast path leaves (another allowed Host) gets the same answer
+    through ASGI."""
+    before = daemon.ok("GET", "/v1/healthz")["fast_path_calls"]
+    assert isinstance(before, int), "the daemon serves without its fast path"
+    info = daemon.ok("POST", "/v1/sandboxes", {"env": "calendar", "isolation": "instance"}, status=201)
+    try:
+        body, headers = modern_request("tools/call", {"name": "list_calendars", "arguments": {}})
+        headers = {**headers, "authorization": f"Bearer {info['token']}"}
+        answers = []
+        for host in (None, None, "envreg.test:443"):
+            r = httpx2.post(
+                info["mcp_url"], json=body, headers={**headers, **({"host": host} if host else {})}
+            )
+            assert r.status_code == 200, r.text
+            answers.append(r.json()["result"]["content"])
+        assert answers[0] == answers[1] == answers[2]
+        assert daemon.ok("GET", "/v1/healthz")["fast_path_calls"] == before + 2
+        wrong = httpx2.post(info["mcp_url"], json=body, headers={**headers, "authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and daemon.ok("GET", "/v1/healthz")["fast_path_calls"] == before + 2
+    finally:
+        daemon.ok("DELETE", f"/v1/sandboxes/{info['id']}", status=204)

@@ -17,28 +17,28 @@ Every error body is ``{"error": "..."}``, and names no path of the host: ``$ENVR
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx2
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.canonical import canonical_json, sha256_hex
 from envreg.daemon import models as m
 from envreg.errors import BadRequest, EnvregError, LimitReached, NotFound
-from envreg.host_paths import public_text
 from envreg.http.access import AccessGuard
 from envreg.http.asgi import BodyTooLarge, read_body, replay, send_json
+from envreg.http.errors import error_json
+from envreg.http.fastpath import FastPath
+from envreg.http.rest import bearer_auth, http_error, internal_error, invalid_request
 from envreg.protocol import GATEWAY_PREFIX
 from envreg.runtime import Runtime, Sandbox, Snapshot
 from envreg.runtime.gateway import Gateway
@@ -103,75 +103,20 @@ ENGINE = {
 UPSTREAM = {502: ENGINE[502]}
 
 
-def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
-    """The REST control API over `rt` (the Runtime must be entered and its gateway_url set)."""
-    api = FastAPI(
-        title="envreg daemon",
-        version="1",
-        description=__doc__,
-        openapi_url=None,
-        docs_url=None,
-        redoc_url=None,
-        generate_unique_id_function=lambda route: route.name,
-    )
-    bearer = HTTPBearer(auto_error=False, description="The daemon token (see $ENVREG_HOME/daemon.json).")
-    expected = f"{settings.token}".encode()
+@dataclass
+class Daemon:
+    """What the control API's handlers work on (`request.app.state.daemon`): the runtime and the settings,
+    and the fast path of the gateway on the daemon's port once it serves (`envreg.daemon.serve`)."""
 
-    def authorized(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
-        given = (credentials.credentials if credentials else "").encode()
-        if not credentials or not hmac.compare_digest(given, expected):
-            raise HTTPException(
-                401,
-                "missing or wrong daemon token: send `Authorization: Bearer <token>` with the token in "
-                "$ENVREG_HOME/daemon.json (or the --token / $ENVREG_TOKEN the daemon was started with)",
-                headers={"WWW-Authenticate": 'Bearer realm="envreg daemon"'},
-            )
+    rt: Runtime
+    settings: DaemonSettings
+    fast_path: FastPath | None = None
 
-    def known_query(request: Request) -> None:
-        """Unknown query parameters are a mistake worth reporting, not something to ignore."""
-        route = request.scope.get("route")
-        declared = {p.alias for p in route.dependant.query_params} if route is not None else set()
-        unknown = sorted(set(request.query_params) - declared)
-        if unknown:
-            shown = ", ".join(repr(u[:40]) for u in unknown[:5])
-            allowed = ", ".join(sorted(declared)) or "none"
-            raise BadRequest(f"unknown query parameter(s) {shown}", f"this route takes: {allowed}")
-
-    auth = [Depends(authorized), Depends(known_query)]
-
-    @api.exception_handler(EnvregError)
-    async def envreg_error(_: Request, exc: EnvregError) -> JSONResponse:
-        """The one place envreg's error tree becomes HTTP: its status, message, hint (and problems)."""
-        return JSONResponse(_jsonable([exc.to_json()])[0], status_code=exc.status)
-
-    @api.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        error = public_text(str(exc.detail))
-        return JSONResponse({"error": error}, status_code=exc.status_code, headers=exc.headers)
-
-    @api.exception_handler(RequestValidationError)
-    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = _jsonable([{k: v for k, v in e.items() if k != "url"} for e in exc.errors()])
-        where = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in errors[:5]
-        )
-        message = f"invalid request: {where}"
-        content_type = request.headers.get("content-type", "")
-        if any(e.get("loc") == ["body"] for e in errors) and "json" not in content_type:
-            message += " (send the body as JSON with `Content-Type: application/json`)"
-        return JSONResponse({"error": message, "errors": errors}, status_code=400)
-
-    @api.exception_handler(Exception)
-    async def internal(_: Request, exc: Exception) -> JSONResponse:
-        """What went wrong, without the host's paths (an OSError's file, a remote traceback's frames)."""
-        error = public_text(f"internal error: {type(exc).__name__}: {exc}")
-        return JSONResponse({"error": error}, status_code=500)
-
-    # helpers ------------------------------------------------------------------------------------
-    def sandbox(sandbox_id: str) -> Sandbox:
-        sb = rt.get(sandbox_id)
+    def sandbox(self, sandbox_id: str) -> Sandbox:
+        """A live sandbox, or `NotFound` saying why not."""
+        sb = self.rt.get(sandbox_id)
         shown = sandbox_id if len(sandbox_id) <= 64 else f"{sandbox_id[:61]}..."
-        if sb is None and (reason := rt.ended_reason(sandbox_id)):
+        if sb is None and (reason := self.rt.ended_reason(sandbox_id)):
             raise NotFound(f"sandbox {sandbox_id} has ended: {reason}")
         if sb is None:
             raise NotFound(f"no sandbox {shown!r}: it never existed or it has ended")
@@ -179,29 +124,25 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
             raise NotFound(f"sandbox {sandbox_id} has ended: {sb.ended}")
         return sb
 
-    def info(sb: Sandbox, with_token: bool = True) -> m.SandboxInfo:
-        return m.SandboxInfo(
-            id=sb.id,
-            env=sb.env,
-            env_digest=sb.env_digest,
-            isolation=sb.isolation,  # type: ignore[arg-type]
-            mcp_url=sb.mcp_url,
-            token=sb.token if with_token else None,
-            expires_at=sb.expires_at,
-        )
-
-    def check_tier(isolation: str, env: str | None = None) -> None:
-        if isolation not in settings.tiers:
+    def check_tier(self, isolation: str, env: str | None = None) -> None:
+        tiers = self.settings.tiers
+        if isolation not in tiers:
             raise BadRequest(
-                f"isolation {isolation!r} is disabled on this daemon (enabled: {', '.join(settings.tiers)})",
-                f"start it with `envreg serve --tiers {','.join((*settings.tiers, isolation))}`",
+                f"isolation {isolation!r} is disabled on this daemon (enabled: {', '.join(tiers)})",
+                f"start it with `envreg serve --tiers {','.join((*tiers, isolation))}`",
             )
         if isolation == "local" and env is not None and not LOCAL_NAME.match(env):
             raise NotFound(f"no local environment {env[:64]!r}: the local tier takes an environment name")
 
+    def isolation(self, body: m.CreateSandbox | m.ForkBody) -> str:
+        """The body's isolation, or this daemon's default tier when the body names none."""
+        return body.isolation if "isolation" in body.model_fields_set else self.settings.default_tier
+
     @contextlib.contextmanager
-    def reserve(n: int) -> Iterator[None]:
-        held = len(rt.sandboxes) + settings.reserved
+    def reserve(self, n: int) -> Iterator[None]:
+        """Hold `n` places under `max_sandboxes` while they are created (`LimitReached` when full)."""
+        settings = self.settings
+        held = len(self.rt.sandboxes) + settings.reserved
         if held + n > settings.max_sandboxes:
             raise LimitReached(
                 f"this daemon holds {held} of at most {settings.max_sandboxes} sandboxes",
@@ -213,255 +154,341 @@ def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
         finally:
             settings.reserved -= n
 
-    def ttl_or_default(ttl: float | None) -> float | None:
-        return ttl or settings.default_ttl
+    def ttl(self, ttl: float | None) -> float | None:
+        return ttl or self.settings.default_ttl
 
-    # routes -------------------------------------------------------------------------------------
-    def document() -> dict[str, Any]:
-        """The OpenAPI document, its isolation enums narrowed to the tiers this daemon allows."""
-        if api.openapi_schema is None:
-            doc = api.openapi()
-            for name in ("CreateSandbox", "ForkBody"):
-                prop = doc["components"]["schemas"][name]["properties"]["isolation"]
-                prop["enum"] = list(settings.tiers)
-                prop["default"] = settings.default_tier
-            # bad input is a 400 `Error` here, never FastAPI's 422 `HTTPValidationError`
-            for operations in doc["paths"].values():
-                for operation in operations.values():
-                    responses = operation.get("responses", {})
-                    if "HTTPValidationError" in json.dumps(responses.get("422", {})):
-                        del responses["422"]
-            for name in ("HTTPValidationError", "ValidationError"):
-                doc["components"]["schemas"].pop(name, None)
-            _add_links(doc)
-            api.openapi_schema = doc
-        return api.openapi_schema
 
-    @api.get("/openapi.json", include_in_schema=False, dependencies=auth)
-    async def openapi() -> JSONResponse:
-        return JSONResponse(document())
+def daemon(request: Request) -> Daemon:
+    return request.app.state.daemon
 
-    api.state.openapi_document = document  # what /openapi.json serves (`envreg schema openapi-daemon`)
 
-    @api.get("/v1/healthz", response_model=m.Health, dependencies=auth, responses=COMMON, tags=["daemon"])
-    async def healthz() -> m.Health:
-        """Liveness, and what this daemon allows."""
-        return m.Health(
-            runtime=rt.id,
-            sandboxes=len(rt.sandboxes),
-            max_sandboxes=settings.max_sandboxes,
-            tiers=list(settings.tiers),  # type: ignore[arg-type]
-            gateway_url=rt.gateway_url or "",
-        )
+authorized = bearer_auth(
+    lambda request: request.app.state.daemon.settings.token,
+    description="The daemon token (see $ENVREG_HOME/daemon.json).",
+    refusal="missing or wrong daemon token: send `Authorization: Bearer <token>` with the token in "
+    "$ENVREG_HOME/daemon.json (or the --token / $ENVREG_TOKEN the daemon was started with)",
+    realm="envreg daemon",
+)
 
-    @api.post(
-        "/v1/sandboxes",
-        status_code=201,
-        response_model=m.SandboxInfo,
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND, **MISMATCH, **INVALID, **ENGINE},
-        tags=["sandboxes"],
-    )
-    async def create_sandbox(body: m.CreateSandbox) -> m.SandboxInfo:
-        """Lease a sandbox, optionally starting from a state or a snapshot. Its MCP URL and token are for an agent."""
-        isolation = body.isolation if "isolation" in body.model_fields_set else settings.default_tier
-        check_tier(isolation, body.env)
-        if {"state", "snapshot"} <= body.model_fields_set:
-            raise BadRequest("give a state or a snapshot, not both")
-        start: dict[str, Any] | Snapshot | None = body.state
-        if body.snapshot is not None:
-            start = rt.snapshots.get(body.snapshot)
-        with reserve(1):
-            sb = await rt.sandbox(
-                body.env, isolation=isolation, state=start, ttl=ttl_or_default(body.ttl), augment=body.augment
-            )
-        return info(sb)
 
-    @api.get(
-        "/v1/sandboxes",
-        response_model=list[m.SandboxInfo],
-        dependencies=auth,
-        responses=COMMON,
-        tags=["sandboxes"],
-    )
-    async def list_sandboxes(
-        tokens: bool = Query(False, description="Include each sandbox's MCP token (omitted by default)."),
-    ) -> list[m.SandboxInfo]:
-        """Every sandbox this daemon leases."""
-        return [info(sb, tokens) for sb in list(rt.sandboxes.values()) if sb.ended is None]
+def known_query(request: Request) -> None:
+    """Unknown query parameters are a mistake worth reporting, not something to ignore."""
+    route = request.scope.get("route")
+    declared = {p.alias for p in route.dependant.query_params} if route is not None else set()
+    unknown = sorted(set(request.query_params) - declared)
+    if unknown:
+        shown = ", ".join(repr(u[:40]) for u in unknown[:5])
+        allowed = ", ".join(sorted(declared)) or "none"
+        raise BadRequest(f"unknown query parameter(s) {shown}", f"this route takes: {allowed}")
 
-    @api.get(
-        "/v1/sandboxes/{sandbox_id}",
-        response_model=m.SandboxInfo,
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND},
-        tags=["sandboxes"],
-    )
-    async def get_sandbox(
-        sandbox_id: str,
-        tokens: bool = Query(False, description="Include the sandbox's MCP token (omitted by default)."),
-    ) -> m.SandboxInfo:
-        return info(sandbox(sandbox_id), tokens)
 
-    @api.delete(
-        "/v1/sandboxes/{sandbox_id}",
-        status_code=204,
-        response_class=Response,
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND},
-        tags=["sandboxes"],
-    )
-    async def delete_sandbox(sandbox_id: str) -> Response:
-        """End the sandbox and free its container or instance; its MCP URL answers 404 from now on."""
-        await sandbox(sandbox_id).close("deleted")
-        return Response(status_code=204)
+Ctx = Annotated[Daemon, Depends(daemon)]
+router = APIRouter(
+    dependencies=[Depends(authorized), Depends(known_query)],
+    generate_unique_id_function=lambda route: route.name,  # operationId: the handler's name
+)
+"""Every route of the control API, each behind the daemon token; every app `create_api` makes serves them."""
 
-    @api.get(
-        "/v1/sandboxes/{sandbox_id}/logs",
-        response_model=m.LogInfo,
-        dependencies=auth,
-        responses={
-            **COMMON,
-            **NOT_FOUND,
-            409: {**ERR, "description": "The sandbox's tier keeps no log (a local sandbox)."},
-            **ENGINE,
+
+async def envreg_error(_: Request, exc: Exception) -> JSONResponse:
+    """The one place envreg's error tree becomes HTTP: its status, message, hint (and problems, each echoing
+    at most `MAX_ECHO` characters of what was refused)."""
+    assert isinstance(exc, EnvregError)
+    return JSONResponse(_jsonable([exc.to_json()])[0], status_code=exc.status)
+
+
+async def bad_request(request: Request, exc: Exception) -> JSONResponse:
+    """Bad input is a 400 here (never FastAPI's 422), with every problem under ``errors``."""
+    assert isinstance(exc, RequestValidationError)
+    message, errors = invalid_request(exc)
+    content_type = request.headers.get("content-type", "")
+    if any(e.get("loc") == ("body",) for e in errors) and "json" not in content_type:
+        message += " (send the body as JSON with `Content-Type: application/json`)"
+    return JSONResponse(error_json(message, errors=_jsonable(errors)), status_code=400)
+
+
+def create_api(rt: Runtime, settings: DaemonSettings) -> FastAPI:
+    """The REST control API over `rt` (the Runtime must be entered and its gateway_url set)."""
+    api = FastAPI(
+        title="envreg daemon",
+        version="1",
+        description=__doc__,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        routes=router.routes,  # as they are: `include_router` defers them in newer FastAPI releases
+        exception_handlers={
+            EnvregError: envreg_error,
+            HTTPException: http_error,
+            RequestValidationError: bad_request,
+            Exception: internal_error,
         },
-        tags=["sandboxes"],
     )
-    async def get_logs(
-        sandbox_id: str,
-        tail: int = Query(200, ge=1, le=100_000, description="How many of the last lines."),
-    ) -> m.LogInfo:
-        """What the sandbox's environment server printed (on the instance tier: its shared container's)."""
-        return m.LogInfo(log=await rt.logs(sandbox(sandbox_id), tail))
-
-    @api.get(
-        "/v1/sandboxes/{sandbox_id}/state",
-        response_model=m.StateInfo,
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND, **UPSTREAM},
-        tags=["state"],
-    )
-    async def get_state(sandbox_id: str) -> m.StateInfo:
-        state = await sandbox(sandbox_id).state()
-        return m.StateInfo(sha256=sha256_hex(canonical_json(state)), state=state)
-
-    @api.put(
-        "/v1/sandboxes/{sandbox_id}/state",
-        response_model=m.StateInfo,
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND, **INVALID, **UPSTREAM},
-        tags=["state"],
-    )
-    async def put_state(sandbox_id: str, body: m.StateBody) -> m.StateInfo:
-        """Replace the whole state. An invalid state is refused (422) and nothing changes."""
-        await sandbox(sandbox_id).load_state(body.state)
-        return await get_state(sandbox_id)
-
-    @api.post(
-        "/v1/sandboxes/{sandbox_id}/reset",
-        response_model=m.StateInfo,
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND, **UPSTREAM},
-        tags=["state"],
-    )
-    async def reset(sandbox_id: str) -> m.StateInfo:
-        """Back to the environment's seed state."""
-        await sandbox(sandbox_id).reset()
-        return await get_state(sandbox_id)
-
-    @api.post(
-        "/v1/sandboxes/{sandbox_id}/snapshot",
-        status_code=201,
-        response_model=m.SnapshotInfo,
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND, **UPSTREAM},
-        tags=["snapshots"],
-    )
-    async def take_snapshot(sandbox_id: str) -> m.SnapshotInfo:
-        """Store the current state, content-addressed; restore or fork it later."""
-        snap = await sandbox(sandbox_id).snapshot()
-        return m.SnapshotInfo(id=snap.id, sha256=snap.sha256, env=snap.env, env_digest=snap.env_digest)
-
-    @api.post(
-        "/v1/sandboxes/{sandbox_id}/restore",
-        response_model=m.StateInfo,
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND, **MISMATCH, **INVALID, **UPSTREAM},
-        tags=["snapshots"],
-    )
-    async def restore(sandbox_id: str, body: m.RestoreBody) -> m.StateInfo:
-        """Load a snapshot of the same environment (409 for another environment's, state untouched)."""
-        sb = sandbox(sandbox_id)
-        await sb.restore(rt.snapshots.get(body.snapshot))
-        return await get_state(sandbox_id)
-
-    @api.post(
-        "/v1/sandboxes/{sandbox_id}/renew",
-        response_model=m.RenewInfo,
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND},
-        tags=["sandboxes"],
-    )
-    async def renew(sandbox_id: str, body: m.RenewBody) -> m.RenewInfo:
-        """Extend the lease to `ttl` seconds from now."""
-        sb = sandbox(sandbox_id)
-        expires_at = sb.renew(body.ttl)
-        return m.RenewInfo(id=sb.id, expires_at=expires_at)
-
-    @api.post(
-        "/v1/fork",
-        status_code=201,
-        response_model=list[m.SandboxInfo],
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND, **MISMATCH, **INVALID, **ENGINE},
-        tags=["snapshots"],
-    )
-    async def fork(body: m.ForkBody) -> list[m.SandboxInfo]:
-        """`n` new sandboxes that all start from the snapshot; all or none."""
-        snap = rt.snapshots.get(body.snapshot)
-        isolation = body.isolation if "isolation" in body.model_fields_set else settings.default_tier
-        check_tier(isolation, snap.env)
-        with reserve(body.n):
-            created = await rt.fork(snap, body.n, isolation=isolation, ttl=ttl_or_default(body.ttl))  # type: ignore[arg-type]
-        return [info(sb) for sb in created]
-
-    @api.post(
-        "/v1/sandboxes/{sandbox_id}/call",
-        response_model=m.CallToolResult,
-        response_model_exclude_none=True,
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND, **UPSTREAM},
-        tags=["tools"],
-    )
-    async def call_tool(sandbox_id: str, body: m.CallBody) -> dict[str, Any]:
-        """Call a tool, as an agent would over MCP; the result is an MCP `CallToolResult`."""
-        result = await sandbox(sandbox_id).call_tool(body.name, body.arguments)
-        return result.to_mcp()
-
-    @api.get(
-        "/v1/sandboxes/{sandbox_id}/augmentation",
-        response_model=list[dict[str, Any]],
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND, **UPSTREAM},
-        tags=["tools"],
-    )
-    async def augmentation_labels(sandbox_id: str) -> list[dict[str, Any]]:
-        """What the sandbox's augmentation did to each call (empty without one); the agent never sees it."""
-        return await sandbox(sandbox_id).augmentation_labels()
-
-    @api.get(
-        "/v1/sandboxes/{sandbox_id}/tools",
-        response_model=list[dict[str, Any]],
-        dependencies=auth,
-        responses={**COMMON, **NOT_FOUND, **UPSTREAM},
-        tags=["tools"],
-    )
-    async def list_tools(sandbox_id: str) -> list[dict[str, Any]]:
-        """The environment's tools in MCP wire form."""
-        return await sandbox(sandbox_id).list_tools()
-
+    api.state.daemon = Daemon(rt, settings)
+    api.state.openapi_document = lambda: document(api, settings)  # `envreg schema openapi-daemon`
     return api
+
+
+def document(api: FastAPI, settings: DaemonSettings) -> dict[str, Any]:
+    """The OpenAPI document, its isolation enums narrowed to the tiers this daemon allows."""
+    if api.openapi_schema is None:
+        doc = api.openapi()
+        for name in ("CreateSandbox", "ForkBody"):
+            prop = doc["components"]["schemas"][name]["properties"]["isolation"]
+            prop["enum"] = list(settings.tiers)
+            prop["default"] = settings.default_tier
+        # bad input is a 400 `Error` here, never FastAPI's 422 `HTTPValidationError`
+        for operations in doc["paths"].values():
+            for operation in operations.values():
+                responses = operation.get("responses", {})
+                if "HTTPValidationError" in json.dumps(responses.get("422", {})):
+                    del responses["422"]
+        for name in ("HTTPValidationError", "ValidationError"):
+            doc["components"]["schemas"].pop(name, None)
+        _add_links(doc)
+        api.openapi_schema = doc
+    return api.openapi_schema
+
+
+def info(sb: Sandbox, with_token: bool = True) -> m.SandboxInfo:
+    return m.SandboxInfo(
+        id=sb.id,
+        env=sb.env,
+        env_digest=sb.env_digest,
+        isolation=sb.isolation,  # type: ignore[arg-type]
+        mcp_url=sb.mcp_url,
+        token=sb.token if with_token else None,
+        expires_at=sb.expires_at,
+    )
+
+
+# routes ---------------------------------------------------------------------------------------------------
+@router.get("/openapi.json", include_in_schema=False)
+async def openapi(request: Request) -> JSONResponse:
+    return JSONResponse(request.app.state.openapi_document())
+
+
+@router.get("/v1/healthz", response_model=m.Health, responses=COMMON, tags=["daemon"])
+async def healthz(d: Ctx) -> m.Health:
+    """Liveness, and what this daemon allows."""
+    return m.Health(
+        runtime=d.rt.id,
+        sandboxes=len(d.rt.sandboxes),
+        max_sandboxes=d.settings.max_sandboxes,
+        tiers=list(d.settings.tiers),  # type: ignore[arg-type]
+        gateway_url=d.rt.gateway_url or "",
+        fast_path_calls=d.fast_path.calls if d.fast_path is not None else None,
+    )
+
+
+@router.post(
+    "/v1/sandboxes",
+    status_code=201,
+    response_model=m.SandboxInfo,
+    responses={**COMMON, **NOT_FOUND, **MISMATCH, **INVALID, **ENGINE},
+    tags=["sandboxes"],
+)
+async def create_sandbox(d: Ctx, body: m.CreateSandbox) -> m.SandboxInfo:
+    """Lease a sandbox, optionally starting from a state or a snapshot. Its MCP URL and token are for an agent."""
+    isolation = d.isolation(body)
+    d.check_tier(isolation, body.env)
+    if {"state", "snapshot"} <= body.model_fields_set:
+        raise BadRequest("give a state or a snapshot, not both")
+    start: dict[str, Any] | Snapshot | None = body.state
+    if body.snapshot is not None:
+        start = d.rt.snapshots.get(body.snapshot)
+    with d.reserve(1):
+        sb = await d.rt.sandbox(
+            body.env, isolation=isolation, state=start, ttl=d.ttl(body.ttl), augment=body.augment
+        )
+    return info(sb)
+
+
+@router.get(
+    "/v1/sandboxes",
+    response_model=list[m.SandboxInfo],
+    responses=COMMON,
+    tags=["sandboxes"],
+)
+async def list_sandboxes(
+    d: Ctx,
+    tokens: bool = Query(False, description="Include each sandbox's MCP token (omitted by default)."),
+) -> list[m.SandboxInfo]:
+    """Every sandbox this daemon leases."""
+    return [info(sb, tokens) for sb in list(d.rt.sandboxes.values()) if sb.ended is None]
+
+
+@router.get(
+    "/v1/sandboxes/{sandbox_id}",
+    response_model=m.SandboxInfo,
+    responses={**COMMON, **NOT_FOUND},
+    tags=["sandboxes"],
+)
+async def get_sandbox(
+    d: Ctx,
+    sandbox_id: str,
+    tokens: bool = Query(False, description="Include the sandbox's MCP token (omitted by default)."),
+) -> m.SandboxInfo:
+    return info(d.sandbox(sandbox_id), tokens)
+
+
+@router.delete(
+    "/v1/sandboxes/{sandbox_id}",
+    status_code=204,
+    response_class=Response,
+    responses={**COMMON, **NOT_FOUND},
+    tags=["sandboxes"],
+)
+async def delete_sandbox(d: Ctx, sandbox_id: str) -> Response:
+    """End the sandbox and free its container or instance; its MCP URL answers 404 from now on."""
+    await d.sandbox(sandbox_id).close("deleted")
+    return Response(status_code=204)
+
+
+@router.get(
+    "/v1/sandboxes/{sandbox_id}/logs",
+    response_model=m.LogInfo,
+    responses={
+        **COMMON,
+        **NOT_FOUND,
+        409: {**ERR, "description": "The sandbox's tier keeps no log (a local sandbox)."},
+        **ENGINE,
+    },
+    tags=["sandboxes"],
+)
+async def get_logs(
+    d: Ctx,
+    sandbox_id: str,
+    tail: int = Query(200, ge=1, le=100_000, description="How many of the last lines."),
+) -> m.LogInfo:
+    """What the sandbox's environment server printed (on the instance tier: its shared container's)."""
+    return m.LogInfo(log=await d.rt.logs(d.sandbox(sandbox_id), tail))
+
+
+@router.get(
+    "/v1/sandboxes/{sandbox_id}/state",
+    response_model=m.StateInfo,
+    responses={**COMMON, **NOT_FOUND, **UPSTREAM},
+    tags=["state"],
+)
+async def get_state(d: Ctx, sandbox_id: str) -> m.StateInfo:
+    state = await d.sandbox(sandbox_id).state()
+    return m.StateInfo(sha256=sha256_hex(canonical_json(state)), state=state)
+
+
+@router.put(
+    "/v1/sandboxes/{sandbox_id}/state",
+    response_model=m.StateInfo,
+    responses={**COMMON, **NOT_FOUND, **INVALID, **UPSTREAM},
+    tags=["state"],
+)
+async def put_state(d: Ctx, sandbox_id: str, body: m.StateBody) -> m.StateInfo:
+    """Replace the whole state. An invalid state is refused (422) and nothing changes."""
+    await d.sandbox(sandbox_id).load_state(body.state)
+    return await get_state(d, sandbox_id)
+
+
+@router.post(
+    "/v1/sandboxes/{sandbox_id}/reset",
+    response_model=m.StateInfo,
+    responses={**COMMON, **NOT_FOUND, **UPSTREAM},
+    tags=["state"],
+)
+async def reset(d: Ctx, sandbox_id: str) -> m.StateInfo:
+    """Back to the environment's seed state."""
+    await d.sandbox(sandbox_id).reset()
+    return await get_state(d, sandbox_id)
+
+
+@router.post(
+    "/v1/sandboxes/{sandbox_id}/snapshot",
+    status_code=201,
+    response_model=m.SnapshotInfo,
+    responses={**COMMON, **NOT_FOUND, **UPSTREAM},
+    tags=["snapshots"],
+)
+async def take_snapshot(d: Ctx, sandbox_id: str) -> m.SnapshotInfo:
+    """Store the current state, content-addressed; restore or fork it later."""
+    snap = await d.sandbox(sandbox_id).snapshot()
+    return m.SnapshotInfo(id=snap.id, sha256=snap.sha256, env=snap.env, env_digest=snap.env_digest)
+
+
+@router.post(
+    "/v1/sandboxes/{sandbox_id}/restore",
+    response_model=m.StateInfo,
+    responses={**COMMON, **NOT_FOUND, **MISMATCH, **INVALID, **UPSTREAM},
+    tags=["snapshots"],
+)
+async def restore(d: Ctx, sandbox_id: str, body: m.RestoreBody) -> m.StateInfo:
+    """Load a snapshot of the same environment (409 for another environment's, state untouched)."""
+    sb = d.sandbox(sandbox_id)
+    await sb.restore(d.rt.snapshots.get(body.snapshot))
+    return await get_state(d, sandbox_id)
+
+
+@router.post(
+    "/v1/sandboxes/{sandbox_id}/renew",
+    response_model=m.RenewInfo,
+    responses={**COMMON, **NOT_FOUND},
+    tags=["sandboxes"],
+)
+async def renew(d: Ctx, sandbox_id: str, body: m.RenewBody) -> m.RenewInfo:
+    """Extend the lease to `ttl` seconds from now."""
+    sb = d.sandbox(sandbox_id)
+    expires_at = sb.renew(body.ttl)
+    return m.RenewInfo(id=sb.id, expires_at=expires_at)
+
+
+@router.post(
+    "/v1/fork",
+    status_code=201,
+    response_model=list[m.SandboxInfo],
+    responses={**COMMON, **NOT_FOUND, **MISMATCH, **INVALID, **ENGINE},
+    tags=["snapshots"],
+)
+async def fork(d: Ctx, body: m.ForkBody) -> list[m.SandboxInfo]:
+    """`n` new sandboxes that all start from the snapshot; all or none."""
+    snap = d.rt.snapshots.get(body.snapshot)
+    isolation = d.isolation(body)
+    d.check_tier(isolation, snap.env)
+    with d.reserve(body.n):
+        created = await d.rt.fork(snap, body.n, isolation=isolation, ttl=d.ttl(body.ttl))  # type: ignore[arg-type]
+    return [info(sb) for sb in created]
+
+
+@router.post(
+    "/v1/sandboxes/{sandbox_id}/call",
+    response_model=m.CallToolResult,
+    response_model_exclude_none=True,
+    responses={**COMMON, **NOT_FOUND, **UPSTREAM},
+    tags=["tools"],
+)
+async def call_tool(d: Ctx, sandbox_id: str, body: m.CallBody) -> dict[str, Any]:
+    """Call a tool, as an agent would over MCP; the result is an MCP `CallToolResult`."""
+    result = await d.sandbox(sandbox_id).call_tool(body.name, body.arguments)
+    return result.to_mcp()
+
+
+@router.get(
+    "/v1/sandboxes/{sandbox_id}/augmentation",
+    response_model=list[dict[str, Any]],
+    responses={**COMMON, **NOT_FOUND, **UPSTREAM},
+    tags=["tools"],
+)
+async def augmentation_labels(d: Ctx, sandbox_id: str) -> list[dict[str, Any]]:
+    """What the sandbox's augmentation did to each call (empty without one); the agent never sees it."""
+    return await d.sandbox(sandbox_id).augmentation_labels()
+
+
+@router.get(
+    "/v1/sandboxes/{sandbox_id}/tools",
+    response_model=list[dict[str, Any]],
+    responses={**COMMON, **NOT_FOUND, **UPSTREAM},
+    tags=["tools"],
+)
+async def list_tools(d: Ctx, sandbox_id: str) -> list[dict[str, Any]]:
+    """The environment's tools in MCP wire form."""
+    return await d.sandbox(sandbox_id).list_tools()
 
 
 _SANDBOX_OPERATIONS = (

@@ -139,3 +139,9 @@ class Health(BaseModel):
     max_sandboxes: int
     tiers: list[Isolation]
     gateway_url: str
+    fast_path_calls: int | None = Field(
+        None,
+        description="MCP requests the gateway on this port relayed on its fast path (off the socket, no ASGI) "
+        "since the daemon started; null when it serves every request through ASGI (a uvicorn outside the "
+        "fast path's verified releases, or an app not served by `envreg serve`).",
+    )

@@ -141,10 +141,12 @@ async def run_daemon(config: DaemonConfig, *, ready: Any = None) -> None:
         ):
             rt.gateway_url = url  # sandboxes' mcp_url: this port serves the gateway too
             app = create_app(rt, settings, http)
-            # the runtime's own gateway's fast lane: a plain tool call skips ASGI, the rest goes to `app`
+            # the gateway's fast lane, as on the runtime's own gateway: a plain tool call skips ASGI, the rest
+            # goes to `app`; /v1/healthz counts what it relayed
             lane = None
             if verified("daemon's gateway"):
                 lane = Lane(rt.get, app.gateway.max_body, app.gateway.timeout, config.keep_alive)
+                app.api.state.daemon.fast_path = lane
             server = QuietServer(
                 uvicorn.Config(
                     KeepAlive(app, config.keep_alive),

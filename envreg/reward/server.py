@@ -12,24 +12,24 @@ an item, names a path of the host (`envreg.errors.public_text`).
 
 from __future__ import annotations
 
-import hmac
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envreg.host_paths import public_text
-from envreg.http.asgi import BodyTooLarge, read_body, replay, send_json
+from envreg.http.asgi import BodyLimit
+from envreg.http.errors import error_json
+from envreg.http.rest import bearer_auth, http_error, internal_error, invalid_request
 from envreg.reward.batch import ItemResult, ScoreItem, score_items
 from envreg.reward.score import ScoreOptions, Scorer
 from envreg.runtime import Runtime
@@ -64,26 +64,6 @@ def catalog(config: RewardServerConfig) -> dict[str, str]:
 
 
 CATALOG_HINT = "name one of those, or restart the server with --env NAME=FOLDER"
-
-
-class BodyLimit:
-    """ASGI middleware: a request body over `limit` bytes gets 413 before the app reads it."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        try:
-            body = await read_body(scope, receive, self.limit)
-        except BodyTooLarge:
-            error = f"request body over this server's limit of {self.limit:,} bytes: send smaller batches"
-            await send_json(send, 413, {"error": error})
-            return
-        await self.app(scope, replay(body, receive), send)
 
 
 class ScoreRequest(BaseModel):
@@ -130,26 +110,54 @@ async def serve(config: RewardServerConfig, host: str, port: int, ready: Any = N
             ready(f"http://{host}:{bound}")
 
 
+@dataclass
+class Scoring:
+    """What the routes work on (`request.app.state.scoring`): the config, the scorer once the app's lifespan
+    made it, the limit on evaluations in flight, and how many items were scored."""
+
+    config: RewardServerConfig
+    limiter: anyio.CapacityLimiter
+    scorer: Scorer | None = None
+    scored: int = 0
+
+
+def scoring(request: Request) -> Scoring:
+    return request.app.state.scoring
+
+
+authorized = bearer_auth(
+    lambda request: request.app.state.scoring.config.token,
+    description="The token printed by `envreg reward serve`.",
+    refusal="missing or wrong bearer token: send `Authorization: Bearer <token>` with the token "
+    "`envreg reward serve` printed (or its --token)",
+    realm="envreg reward",
+)
+router = APIRouter(dependencies=[Depends(authorized)])
+"""Every route of the scoring app, each behind its token; every app `create_app` makes serves them."""
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": Error, "description": "Bad input (the whole request); bad items are answered per item."},
+    401: {"model": Error, "description": "Missing or wrong token."},
+    413: {"model": Error, "description": "More items than the batch limit, or a body over the size limit."},
+}
+
+
+async def bad_request(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse(error_json(invalid_request(exc)[0]), status_code=400)
+
+
 def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> FastAPI:
     """The scoring app; it enters its own `Runtime` in its lifespan unless one is given."""
-    state: dict[str, Any] = {"scored": 0}
+    state = Scoring(config, anyio.CapacityLimiter(max(1, config.concurrency)))
     sources = catalog(config)
-    limiter = anyio.CapacityLimiter(max(1, config.concurrency))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if runtime is not None:
-            state["scorer"] = Scorer(
-                runtime,
-                isolation=config.isolation,
-                options=config.options,
-                sources=sources,
-                only_sources=CATALOG_HINT,
+        async with contextlib.AsyncExitStack() as stack:
+            rt = (
+                runtime if runtime is not None else await stack.enter_async_context(Runtime(pool=config.pool))
             )
-            yield
-            return
-        async with Runtime(pool=config.pool) as rt:
-            state["scorer"] = Scorer(
+            state.scorer = Scorer(
                 rt,
                 isolation=config.isolation,
                 options=config.options,
@@ -157,7 +165,8 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
                 only_sources=CATALOG_HINT,
             )
             yield
-            await state["scorer"].close()
+            if runtime is None:
+                await state.scorer.close()
 
     app = FastAPI(
         title="envreg reward",
@@ -167,72 +176,54 @@ def create_app(config: RewardServerConfig, runtime: Runtime | None = None) -> Fa
         openapi_url=None,
         docs_url=None,
         redoc_url=None,
+        routes=router.routes,  # as they are: `include_router` defers them in newer FastAPI releases
+        exception_handlers={
+            HTTPException: http_error,
+            RequestValidationError: bad_request,
+            Exception: internal_error,
+        },
     )
-    app.add_middleware(BodyLimit, limit=config.max_body)
-    bearer = HTTPBearer(auto_error=False, description="The token printed by `envreg reward serve`.")
-    expected = config.token.encode()
-
-    def authorized(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
-        given = (credentials.credentials if credentials else "").encode()
-        if not credentials or not hmac.compare_digest(given, expected):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
-
-    auth = [Depends(authorized)]
-    errors = {
-        400: {
-            "model": Error,
-            "description": "Bad input (the whole request); bad items are answered per item.",
-        },
-        401: {"model": Error, "description": "Missing or wrong token."},
-        413: {
-            "model": Error,
-            "description": "More items than the batch limit, or a body over the size limit.",
-        },
-    }
-
-    @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        error = public_text(str(exc.detail))
-        return JSONResponse({"error": error}, status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        where = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()[:5]
-        )
-        return JSONResponse({"error": f"invalid request: {where}"}, status_code=400)
-
-    @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
-    async def openapi() -> JSONResponse:
-        return JSONResponse(app.openapi())
-
-    @app.get("/v1/healthz", response_model=Health, dependencies=auth, responses=errors)  # pyright: ignore[reportArgumentType]
-    async def healthz() -> Health:
-        return Health(
-            isolation=config.isolation,
-            concurrency=config.concurrency,
-            max_batch=config.max_batch,
-            in_flight=int(limiter.borrowed_tokens),
-            scored=state["scored"],
-        )
-
-    @app.post("/v1/score", response_model=ScoreResponse, dependencies=auth, responses=errors)  # pyright: ignore[reportArgumentType]
-    async def score(body: ScoreRequest) -> Response:
-        """Score a batch: one result (or error) per item, in order."""
-        if len(body.items) > config.max_batch:
-            raise HTTPException(
-                413, f"{len(body.items)} items; this server takes at most {config.max_batch} per request"
-            )
-        started = time.perf_counter()
-
-        def done(_: ItemResult) -> None:
-            state["scored"] += 1
-
-        results = await score_items(state["scorer"], body.items, limiter, oracle=body.oracle, on_done=done)
-        for result in results:  # an item's error may name the catalog's folders: never the host's paths
-            if result.error is not None:
-                result.error = public_text(result.error)
-        body_out = ScoreResponse(results=results, seconds=time.perf_counter() - started)
-        return Response(body_out.model_dump_json(), media_type="application/json")  # no re-validation
-
+    app.state.scoring = state
+    app.add_middleware(BodyLimit, limit=config.max_body, then="send smaller batches")
     return app
+
+
+Ctx = Annotated[Scoring, Depends(scoring)]
+
+
+@router.get("/openapi.json", include_in_schema=False)
+async def openapi(request: Request) -> JSONResponse:
+    return JSONResponse(request.app.openapi())
+
+
+@router.get("/v1/healthz", response_model=Health, responses=ERRORS)
+async def healthz(s: Ctx) -> Health:
+    return Health(
+        isolation=s.config.isolation,
+        concurrency=s.config.concurrency,
+        max_batch=s.config.max_batch,
+        in_flight=int(s.limiter.borrowed_tokens),
+        scored=s.scored,
+    )
+
+
+@router.post("/v1/score", response_model=ScoreResponse, responses=ERRORS)
+async def score(s: Ctx, body: ScoreRequest) -> Response:
+    """Score a batch: one result (or error) per item, in order."""
+    max_batch = s.config.max_batch
+    if len(body.items) > max_batch:
+        raise HTTPException(
+            413, f"{len(body.items)} items; this server takes at most {max_batch} per request"
+        )
+    assert s.scorer is not None, "the app's lifespan makes the scorer"
+    started = time.perf_counter()
+
+    def done(_: ItemResult) -> None:
+        s.scored += 1
+
+    results = await score_items(s.scorer, body.items, s.limiter, oracle=body.oracle, on_done=done)
+    for result in results:  # an item's error may name the catalog's folders: never the host's paths
+        if result.error is not None:
+            result.error = public_text(result.error)
+    body_out = ScoreResponse(results=results, seconds=time.perf_counter() - started)
+    return Response(body_out.model_dump_json(), media_type="application/json")  # no re-validation
