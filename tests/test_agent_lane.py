@@ -148,3 +148,14 @@ async def test_a_recycled_servers_lease_refuses_a_pinned_call_through_asgi() -> 
         [(status, body)] = await read_answers(stream, 1)
         assert status == 410 and served.lane.calls == 0 and served.value == 0
         assert "recycled" in json.loads(body)["error"]["message"]
+
+
+async def test_a_head_with_bare_line_feeds_is_answered_not_held() -> None:
+    """A client that ends its lines with LF alone (RFC 9112 2.2 lets a server accept them): the lane never
+    sees the CRLF CRLF it looks for, so it must hand such a request to uvicorn at once, not wait for more."""
+    async with Served() as served, await anyio.connect_tcp("127.0.0.1", served.port) as stream:
+        head, _, body = served.call(1).partition(b"\r\n\r\n")
+        await stream.send(head.replace(b"\r\n", b"\n") + b"\n\n" + body)
+        with anyio.fail_after(5):
+            [(status, _)] = await read_answers(stream, 1)
+        assert served.lane.calls == 0 and status in (200, 400)

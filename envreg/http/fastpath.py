@@ -219,6 +219,10 @@ class FastProtocol(HttpToolsProtocol):
         """Start the exchange of the next complete request; False when there is none (yet) to start."""
         buffer = self._buffer
         end = buffer.find(b"\r\n\r\n")
+        seen = end if end >= 0 else len(buffer)
+        if buffer.count(b"\n", 0, seen) != buffer.count(b"\r\n", 0, seen):
+            self._leave()  # a line ended by a bare LF: uvicorn's parser reads such heads, the path never would
+            return False
         if end < 0:
             if len(buffer) > MAX_HEAD:
                 self._leave()
