@@ -24,6 +24,9 @@ from servers import EnvServerProcess  # noqa: E402
 # Scale tests carry `@pytest.mark.slow`: `scripts/test --full` (CI, ENVREG_TEST_FULL=1) runs them at full size,
 # the default `scripts/test` at the smaller size each names, `scripts/test --fast` not at all.
 FULL_SIZE = os.environ.get("ENVREG_TEST_FULL") == "1"
+EMBEDDINGS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envreg-tests" / "embeddings"
+"""The tests' embeddings, by model and text digest, kept on this machine between runs and clones (issue 19: a
+clean clone's first synthesis tests loaded the model and embedded the catalog on two workers at once, 55-65 s)."""
 
 
 def scaled(full: int, small: int) -> int:

@@ -1,5 +1,5 @@
 """Shared by the synthesis tests: the catalog's tool graph, built once per test process with the
-real default embedding model (embeddings cached under .cache/ by content digest)."""
+real default embedding model (embeddings cached by content digest in `CACHE`, kept between runs)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import installed
+from conftest import EMBEDDINGS, installed
 
 # torch, sentence-transformers and networkx come with envreg's synth extra: `scripts/bootstrap` installs it
 # (CI), `scripts/bootstrap --light` does not, and every module that imports these helpers then skips
@@ -25,7 +25,7 @@ from envreg.synth.records import function_name  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
-CACHE = ROOT / ".cache"
+CACHE = EMBEDDINGS
 
 
 @cache

@@ -133,7 +133,9 @@ async def test_a_reader_that_does_not_read_gets_every_answer_in_order_once_it_re
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         await stream.send(b"".join(served.call(i, tool="get") for i in range(1, 2001)))
         await anyio.sleep(0.3)
-        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)  # reads at speed now (a 4 KiB window is slow)
+        raw.setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20
+        )  # reads at speed now (a 4 KiB window is slow)
         answers = await read_answers(stream, 2000)
         assert [json.loads(b)["id"] for _, b in answers] == list(range(1, 2001))
         assert served.lane.calls == 2000

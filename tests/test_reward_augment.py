@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-from conftest import COUNTER, REFERENCE_ENVS, ROOT, installed
+from conftest import COUNTER, EMBEDDINGS, REFERENCE_ENVS, installed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_helpers import ERAS, mcp_client
@@ -176,7 +176,7 @@ def test_distractors_are_similar_tools_of_other_environments() -> None:
 )
 def test_distractors_by_the_synth_graphs_embeddings_are_the_closest_analogs() -> None:
     """With the synth graph's embeddings, another environment's tool for the same job is among the closest decoys."""
-    embed = graph_embed(cache_dir=ROOT / ".cache")  # the synth tests' embedding cache
+    embed = graph_embed(cache_dir=EMBEDDINGS)  # the synth tests' embedding cache
     closest = {"bank": "find_customers", "payments": "find_customer", "hotel": "get_booking"}
     for env, analog in closest.items():
         ranked = rank_distractors(env, CATALOG, embed=embed)
