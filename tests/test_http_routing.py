@@ -9,7 +9,7 @@ import httpx2
 import pytest
 from conftest import COUNTER
 
-from envreg.http.routing import Request, Response, RoutedApp, Router
+from envreg.http.routing import Refused, Request, Response, RoutedApp, Router
 from envreg.server.app import EnvServer, ServerConfig
 from envreg.server.control import router as control_router
 
@@ -44,6 +44,19 @@ async def put_note(request: Request) -> Response:
     return Response(204, b"", replaced=Held())
 
 
+def note_of(request: Request) -> str:
+    """A lookup that refuses for its handlers: a 404 naming the note."""
+    name = request.params["name"]
+    if name not in request.context:
+        raise Refused(Response.error(404, f"no note {name!r}"))
+    return request.context[name]
+
+
+@router.route("/notes/{name}/length", "GET")
+async def note_length(request: Request) -> Response:
+    return Response.json(len(note_of(request)))
+
+
 def client(app) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:9000")
 
@@ -56,6 +69,13 @@ async def test_routes_reach_their_handler_with_the_apps_context() -> None:
         assert notes == {"a": "first", "b": "second"}
         missing = await http.get("/notes/c", headers=AUTH)
         assert missing.status_code == 404 and missing.json() == {"error": "no note 'c'", "known": ["a", "b"]}
+
+
+async def test_a_refusal_raised_below_a_handler_is_its_answer() -> None:
+    async with client(RoutedApp(router, context={"a": "first"}, token=TOKEN, max_body=64)) as http:
+        assert (await http.get("/notes/a/length", headers=AUTH)).json() == 5
+        refused = await http.get("/notes/z/length", headers=AUTH)
+        assert refused.status_code == 404 and refused.json() == {"error": "no note 'z'"}
 
 
 async def test_two_apps_on_one_router_keep_their_own_context_and_token() -> None:

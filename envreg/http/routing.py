@@ -9,7 +9,8 @@
     app = RoutedApp(router, context=..., token="...", max_body=1 << 20)
 
 Every route needs ``Authorization: Bearer <token>``; request bodies (POST / PUT / PATCH) are read whole,
-capped at `max_body`; a path no route has is a 404, a method the path does not take a 405. What a front's
+capped at `max_body`; a path no route has is a 404, a method the path does not take a 405; a handler that
+raises `Refused` answers with its response. What a front's
 handlers share (its store, its settings) is the app's `context`, given to each handler on its `Request`.
 """
 
@@ -55,6 +56,15 @@ class Response:
     def error(cls, status: int, message: str, **fields: Any) -> Response:
         """``{"error": message, **fields}`` (`envreg.http.errors.error_json`: no host path in it)."""
         return cls.json(error_json(message, **fields), status)
+
+
+class Refused(Exception):
+    """Raised by a handler, or by what it calls, to answer with `response` at once (starlette's
+    `HTTPException`, for raw-ASGI fronts): a lookup that fails says so in one place."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status)
+        self.response = response
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -125,6 +135,9 @@ class RoutedApp:
             except BodyTooLarge:
                 await send_error(send, 413, too_large(self.max_body, "nothing was changed"))
                 return
-        response = await handler(request)
+        try:
+            response = await handler(request)
+        except Refused as refused:
+            response = refused.response
         await send_bytes(send, response.status, response.body, headers=response.headers)
         response.replaced = None  # sent: now the replaced value may go

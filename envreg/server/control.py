@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp
 
 from envreg.canonical import sha256_hex
-from envreg.http.routing import Request, Response, RoutedApp, Router
+from envreg.http.routing import Refused, Request, Response, RoutedApp, Router
 from envreg.protocol import DEFAULT_INSTANCE, ENV_RECYCLE, agent_path
 from envreg.server.instances import InstanceLimitReached, InstanceStore
 from envreg.server.snapshots import SHA256, SnapshotRefused
@@ -52,17 +52,22 @@ def validation_error(exc: ValidationError) -> Response:
     return error(422, f"invalid state, nothing was changed: {summary}", errors=problems)
 
 
-def json_body(request: Request) -> tuple[Any, Response | None]:
+def json_body(request: Request) -> Any:
+    """The request's JSON body (None when empty); a 400 when it is not JSON."""
     if not request.body:
-        return None, None
+        return None
     try:
-        return json.loads(request.body), None
+        return json.loads(request.body)
     except ValueError as exc:
-        return None, error(400, f"request body is not valid JSON: {exc}")
+        raise Refused(error(400, f"request body is not valid JSON: {exc}")) from None
 
 
 def instance_of(request: Request) -> Any:
-    return request.context.store.get(request.params["instance_id"])
+    """The instance the path names; a 404 when this server has none of that id."""
+    instance = request.context.store.get(request.params["instance_id"])
+    if instance is None:
+        raise Refused(missing(request))
+    return instance
 
 
 def missing(request: Request) -> Response:
@@ -117,10 +122,7 @@ async def list_instances(request: Request) -> Response:
 @router.route("/instances", "POST")
 async def create_instance(request: Request) -> Response:
     store: InstanceStore = request.context.store
-    data, bad = json_body(request)
-    if bad:
-        return bad
-    data = data or {}
+    data = json_body(request) or {}
     if (
         not isinstance(data, dict)
         or not set(data) <= {"state", "id", "snapshot"}
@@ -160,19 +162,14 @@ async def delete_instance(request: Request) -> Response:
 
 @router.route("/instances/{instance_id}/state", "GET")
 async def get_state(request: Request) -> Response:
-    instance = instance_of(request)
-    return state_response(instance) if instance else missing(request)
+    return state_response(instance_of(request))
 
 
 @router.route("/instances/{instance_id}/state", "PUT")
 async def put_state(request: Request) -> Response:
     store: InstanceStore = request.context.store
     instance = instance_of(request)
-    if instance is None:
-        return missing(request)
-    data, bad = json_body(request)
-    if bad:
-        return bad
+    data = json_body(request)
     if not isinstance(data, dict):
         return error(400, "body must be the state as a JSON object")
     replaced = instance.state
@@ -189,8 +186,6 @@ async def put_state(request: Request) -> Response:
 async def reset(request: Request) -> Response:
     store: InstanceStore = request.context.store
     instance = instance_of(request)
-    if instance is None:
-        return missing(request)
     replaced = instance.state
     return state_response(store.reset(request.params["instance_id"]), replaced=replaced)
 
@@ -198,11 +193,8 @@ async def reset(request: Request) -> Response:
 @router.route("/instances/{instance_id}/augmentation", "PUT")
 async def put_augmentation(request: Request) -> Response:
     store: InstanceStore = request.context.store
-    if instance_of(request) is None:
-        return missing(request)
-    data, bad = json_body(request)
-    if bad:
-        return bad
+    instance_of(request)  # a 404 unless the instance exists
+    data = json_body(request)
     try:
         from envreg.env.augment import Augmentation  # most servers are never augmented
 
@@ -216,8 +208,7 @@ async def put_augmentation(request: Request) -> Response:
 @router.route("/instances/{instance_id}/augmentation", "GET")
 async def get_augmentation(request: Request) -> Response:
     store: InstanceStore = request.context.store
-    if instance_of(request) is None:
-        return missing(request)
+    instance_of(request)  # a 404 unless the instance exists
     augmenter = store.augmenter(request.params["instance_id"])
     return Response.json(augmenter.describe() if augmenter else {"config": None, "labels": []})
 
@@ -225,8 +216,7 @@ async def get_augmentation(request: Request) -> Response:
 @router.route("/instances/{instance_id}/augmentation", "DELETE")
 async def delete_augmentation(request: Request) -> Response:
     store: InstanceStore = request.context.store
-    if instance_of(request) is None:
-        return missing(request)
+    instance_of(request)  # a 404 unless the instance exists
     store.augment(request.params["instance_id"], None)
     return Response(204, b"")
 
@@ -235,8 +225,6 @@ async def delete_augmentation(request: Request) -> Response:
 async def take_snapshot(request: Request) -> Response:
     store: InstanceStore = request.context.store
     instance = instance_of(request)
-    if instance is None:
-        return missing(request)
     return Response.json({"sha256": store.snapshots.keep(instance.state, store.env.committed)})
 
 
@@ -244,11 +232,7 @@ async def take_snapshot(request: Request) -> Response:
 async def restore(request: Request) -> Response:
     store: InstanceStore = request.context.store
     instance = instance_of(request)
-    if instance is None:
-        return missing(request)
-    data, bad = json_body(request)
-    if bad:
-        return bad
+    data = json_body(request)
     if not isinstance(data, dict) or set(data) != {"snapshot"} or not isinstance(data["snapshot"], str):
         return error(400, 'body must be {"snapshot": "<sha256 of the canonical state>"}')
     state = store.snapshots.get(data["snapshot"])
