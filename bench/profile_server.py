@@ -2,7 +2,7 @@
 
 Figures are printed, never asserted. Run from the repository root (after `bench/setup-bench-venv`):
 
-    .venv-bench/bin/python bench/profile_server.py [--seconds 10] [--concurrency 50]
+    .venv-bench/bin/python bench/profile_server.py [--seconds 10] [--concurrency 50] [--calls 600]
 
 It starts the lean server of `bench/bench_server.py` (`envreg serve-env tests/fixtures/counter`), drives
 `tools/call increment` on 50 keep-alive connections (one instance each) with that benchmark's raw-socket
@@ -57,6 +57,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument(
+        "--calls", type=int, default=600, help="calls per connection (sampled for --seconds at most)"
+    )
     args = parser.parse_args()
     bench_server.ensure_bench_venv()
     import uvloop
@@ -80,14 +83,9 @@ def main() -> None:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         time.sleep(1)  # py-spy attached
-        calls = 0
-        cpu = 0.0
-        try:
-            deadline = time.monotonic() + args.seconds - 2
-            while time.monotonic() < deadline:
-                result = uvloop.run(bench_server.measure(server, "load", args.concurrency, 100, warmup=5))
-                calls += result.calls
-                cpu += result.server_cpu_s
+        try:  # one load: its connections and instances are made once, before the timed calls
+            result = uvloop.run(bench_server.measure(server, "load", args.concurrency, args.calls, warmup=5))
+            calls, cpu = result.calls, result.server_cpu_s
         finally:
             spy.wait()
             server.stop()

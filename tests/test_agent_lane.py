@@ -16,11 +16,10 @@ import anyio.abc
 import pytest
 from conftest import COUNTER
 from servers import modern_request
-from test_fastlane import read_answers
+from test_fastlane import read_answers, served
 
 from envreg.http.asgi import KeepAlive
 from envreg.protocol import DEFAULT_INSTANCE
-from envreg.runtime.gateway import QuietServer
 from envreg.server.agent_lane import AgentLane
 from envreg.server.app import EnvServer, ServerConfig
 
@@ -37,25 +36,15 @@ class Served:
         self.port = 0
 
     async def __aenter__(self) -> Served:
-        import uvicorn
-
         agent, _ = self.server.planes()
-        config = uvicorn.Config(
-            KeepAlive(agent, 5), host="127.0.0.1", port=0, lifespan="off", log_level="warning",
-            http=self.lane.protocol(),
-        )  # fmt: skip
-        self.uvicorn = QuietServer(config)
-        loop = asyncio.get_running_loop()
-        self._sdk = loop.create_task(self.server.agent.sdk.run())  # what the lean path hands on, on demand
-        self._task = loop.create_task(self.uvicorn.serve())
-        while not self.uvicorn.started:
-            await anyio.sleep(0.01)
-        self.port = self.uvicorn.servers[0].sockets[0].getsockname()[1]
+        # the SDK, which answers what the lean path hands on, on demand
+        self._sdk = asyncio.get_running_loop().create_task(self.server.agent.sdk.run())
+        self._served = served(KeepAlive(agent, 5), self.lane)
+        self.port = await self._served.__aenter__()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.uvicorn.should_exit = True
-        await self._task
+        await self._served.__aexit__(None, None, None)
         self._sdk.cancel()
 
     @property

@@ -11,6 +11,8 @@ import json
 import os
 import secrets
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
@@ -24,6 +26,7 @@ from servers import EnvServerProcess, modern_request
 from envreg.env import load_scenarios
 from envreg.env.loader import load_environment
 from envreg.env.scenario import run_steps
+from envreg.http.fastpath import FastPath
 from envreg.runtime.backends.base import Upstream
 from envreg.runtime.fastlane import Lane
 from envreg.runtime.gateway import Gateway, QuietServer
@@ -54,36 +57,39 @@ def servers():
         server.stop()
 
 
+@asynccontextmanager
+async def served(app: object, path: FastPath) -> AsyncIterator[int]:
+    """`app` served by uvicorn in the test's loop on a loopback port, `path` in front; yields the port."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, lifespan="off", log_level="warning", http=path.protocol()
+    )  # type: ignore[arg-type]
+    server = QuietServer(config)
+    task = asyncio.get_running_loop().create_task(server.serve())
+    while not server.started:
+        await anyio.sleep(0.01)
+    try:
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        await task
+
+
 class LanedGateway:
     def __init__(self, routes: dict[str, Route], timeout: float = 30.0, max_body: int = 1 << 20) -> None:
-        self.routes = routes
         self.lane = Lane(routes.get, max_body=max_body, timeout=timeout)
         self.http = httpx2.AsyncClient()
         self.gateway = Gateway(routes.get, self.http, max_body=max_body)
-        self.server: QuietServer | None = None
         self.port = 0
 
     async def __aenter__(self) -> LanedGateway:
-        import uvicorn
-
-        config = uvicorn.Config(
-            self.gateway,
-            host="127.0.0.1",
-            port=0,
-            lifespan="off",
-            log_level="warning",
-            http=self.lane.protocol(),
-        )
-        self.server = QuietServer(config)
-        self._task = asyncio.get_running_loop().create_task(self.server.serve())
-        while not self.server.started:
-            await anyio.sleep(0.01)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        self._served = served(self.gateway, self.lane)
+        self.port = await self._served.__aenter__()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        await self._task
+        await self._served.__aexit__(None, None, None)
         self.lane.close()
         await self.http.aclose()
 

@@ -216,13 +216,7 @@ class Relay:
         self._stop_timer()
         call = jsonrpc_request(self.request.partition(b"\r\n\r\n")[2])
         body = upstream_error_body(status, message, call, self.sandbox.id)
-        self.client.write(
-            STATUS_LINE[status]
-            + b"content-type: application/json\r\ncontent-length: "
-            + str(len(body)).encode()
-            + b"\r\n\r\n"
-            + body
-        )
+        self.client.respond(status, body, b"application/json", self.keep_alive)
         self.client.finished(self.keep_alive)
 
     def abandon(self) -> None:
