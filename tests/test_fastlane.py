@@ -78,6 +78,7 @@ async def served(app: object, path: FastPath) -> AsyncIterator[int]:
 
 class LanedGateway:
     def __init__(self, routes: dict[str, Route], timeout: float = 30.0, max_body: int = 1 << 20) -> None:
+        self.routes = routes
         self.lane = Lane(routes.get, max_body=max_body, timeout=timeout)
         self.http = httpx2.AsyncClient()
         self.gateway = Gateway(routes.get, self.http, max_body=max_body)
