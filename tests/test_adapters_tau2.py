@@ -138,6 +138,22 @@ def test_the_lock_pins_what_the_domains_import_and_nothing_of_the_agents() -> No
     assert "litellm" not in imported
 
 
+def test_tasks_and_tau2s_verdict_need_none_of_its_agents() -> None:
+    """Loading gold tasks and asking tau2's evaluator for its verdict import the domains only: never
+    `tau2.registry`, whose agents import litellm (seconds per process, and a network fetch at import)."""
+    import subprocess
+    import sys
+
+    code = (  # a booking task replayed with no calls: tau2's verdict is a fail
+        "import sys\nfrom envreg.adapters import tau2\nfrom envreg.adapters.tau2_replay import tau2_verdict\n"
+        "task = next(t for t in tau2.tasks('airline') if any(a.name.startswith('book') for a in t.evaluation_criteria.actions or []))\nprint(tau2_verdict('airline', task, [])[0])\n"
+        "print([m for m in ('litellm', 'tau2.registry') if m in sys.modules])"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == ["False", "[]"], proc.stdout
+
+
 def test_generate_and_replay_commands() -> None:
     from typer.testing import CliRunner
 

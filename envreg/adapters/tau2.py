@@ -81,7 +81,10 @@ def env_name(domain: str) -> str:
 
 @cache
 def reference(domain: str) -> Any:
-    """tau2's own environment of the domain, as its registry builds it (its database loaded from disk)."""
+    """tau2's own environment of the domain, as its registry builds it (its database loaded from disk).
+
+    envreg reads tau2's domains from their modules, never through `tau2.registry`: that imports tau2's agents
+    and with them litellm (seconds of imports, and a network fetch of a price list)."""
     if domain not in DOMAIN_INFO:
         raise KeyError(f"unknown tau2 domain {domain!r}; known: {', '.join(DOMAINS)}")
     _tau2()
@@ -91,9 +94,7 @@ def reference(domain: str) -> Any:
 def tasks(domain: str, split: str = "base") -> list[Any]:
     """tau2's tasks of the domain (the base split: 50 airline, 114 retail, 114 telecom)."""
     _tau2()
-    from tau2.registry import registry
-
-    return list(registry.get_tasks_loader(domain)(split))
+    return list(DOMAIN_INFO[domain].environment_module().get_tasks(split))
 
 
 # --------------------------------------------------------------------------------------------- state

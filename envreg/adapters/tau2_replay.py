@@ -92,10 +92,10 @@ def envreg_verdict(domain: str, task: Any, state: dict[str, Any]) -> tuple[bool,
 def tau2_verdict(domain: str, task: Any, trajectory: list[Any]) -> tuple[bool, str]:
     """tau2's EnvironmentEvaluator on the trajectory envreg produced: (reward == 1, why not)."""
     from tau2.evaluator.evaluator_env import EnvironmentEvaluator
-    from tau2.registry import registry
 
+    constructor = tau2.DOMAIN_INFO[domain].environment_module().get_environment
     try:
-        info = EnvironmentEvaluator.calculate_reward(registry.get_env_constructor(domain), task, trajectory)
+        info = EnvironmentEvaluator.calculate_reward(constructor, task, trajectory)
     except Exception as exc:  # set_state refuses a trajectory whose results differ from tau2's
         return False, f"tau2 refused the trajectory: {str(exc).splitlines()[0][:160]}"
     return info.reward == 1.0, "" if info.reward == 1.0 else f"tau2 reward {info.reward}"
