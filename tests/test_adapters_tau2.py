@@ -81,14 +81,15 @@ async def test_a_missing_write_is_caught_by_both() -> None:
 
 
 @pytest.mark.slow
-async def test_every_gold_task_of_the_three_domains_agrees() -> None:
-    """All 278 (50 airline, 114 retail, 114 telecom) under ENVREG_TEST_FULL=1; 5 per domain by default."""
+@pytest.mark.parametrize(("domain", "count"), [("airline", 50), ("retail", 114), ("telecom", 114)])
+async def test_every_gold_task_of_the_three_domains_agrees(domain: str, count: int) -> None:
+    """All 278 under ENVREG_TEST_FULL=1, 5 per domain by default; one domain per test (CI's full run: 50 to
+    140 s each, on as many workers, where the three in one test took 5 minutes of one worker)."""
     async with Runtime() as rt:
-        report = await replay_all(rt, list(tau2.DOMAINS), limit=scaled(1000, 5))
+        report = await replay_all(rt, [domain], limit=scaled(1000, 5))
     assert report.disagreements == []
     assert all(r.envreg for r in report.results)
-    if scaled(1, 0):
-        assert [row["tasks"] for row in report.by_domain().values()] == [50, 114, 114]
+    assert len(report.results) == scaled(count, 5)
 
 
 @pytest.mark.parametrize("domain", tau2.DOMAINS)  # one domain per test: 12 s each, on as many workers
