@@ -20,6 +20,10 @@ MCP servers get pre-encoded HTTP/1.1 2026-07-28 sessionless `tools/call` request
 raw sockets (asyncio + uvloop, status line and Content-Length parsing only); OpenEnv gets
 pre-encoded masked WebSocket text frames `{"type":"step","data":{"by":1}}`. Server CPU is read
 from /proc/<pid>/stat (utime + stime, all threads) around each timed phase.
+
+All servers are started first and measured in rounds (`--rounds`, 3 by default), each round in another
+order, so that the machine's other load hits every server alike; the tables pool the rounds, and envreg
+lean against OpenEnv is also shown round by round.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_VENV_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
@@ -359,6 +363,17 @@ class Result:
     latencies: list[float]
     server_cpu_s: float
     client_cpu_s: float
+    round: int = 0
+
+    @classmethod
+    def pooled(cls, results: list[Result]) -> Result:
+        """One server's and mode's rounds as one measurement (calls and times summed)."""
+        first = results[0]
+        return cls(
+            first.server, first.mode, sum(r.calls for r in results), sum(r.wall_s for r in results),
+            [x for r in results for x in r.latencies], sum(r.server_cpu_s for r in results),
+            sum(r.client_cpu_s for r in results), -1,
+        )  # fmt: skip
 
     def pct(self, q: float) -> float:
         lat = sorted(self.latencies)
@@ -405,13 +420,42 @@ async def measure(server: Server, mode: str, conns: int, calls: int, warmup: int
 
 
 async def bench_server(server: Server, seq_calls: int, conc: int, conc_calls: int) -> list[Result]:
-    server.start()
+    """One round on a started server: sequential calls, then `conc` connections at once."""
+    seq = await measure(server, "seq", 1, seq_calls, warmup=max(50, seq_calls // 10))
+    par = await measure(server, f"{conc} conc", conc, conc_calls, warmup=max(5, conc_calls // 10))
+    return [seq, par]
+
+
+def bench_rounds(
+    servers: list[Server], rounds: int, seq_calls: int, conc: int, conc_calls: int
+) -> list[Result]:
+    """Every server measured once per round, round r starting at server r (a rotation of the order)."""
+    import uvloop
+
+    up = []
+    for server in servers:
+        try:
+            server.start()
+            up.append(server)
+        except Exception as exc:  # one broken server should not hide the others' figures
+            print(f"  {server.name} failed to start: {type(exc).__name__}: {exc}")
+    results: list[Result] = []
     try:
-        seq = await measure(server, "seq", 1, seq_calls, warmup=max(50, seq_calls // 10))
-        par = await measure(server, f"{conc} conc", conc, conc_calls, warmup=max(5, conc_calls // 10))
-        return [seq, par]
+        for r in range(rounds):
+            for server in up[r % len(up) :] + up[: r % len(up)]:
+                print(f"round {r + 1}/{rounds}: {server.name} ...", flush=True)
+                try:
+                    measured = uvloop.run(bench_server(server, seq_calls, conc, conc_calls))
+                except Exception as exc:
+                    print(f"  {server.name} failed: {type(exc).__name__}: {exc}")
+                    continue
+                for result in measured:
+                    result.round = r + 1
+                results += measured
     finally:
-        server.stop()
+        for server in servers:
+            server.stop()
+    return results
 
 
 def bench_local(env: str, calls: int) -> list[tuple[str, float]]:
@@ -444,12 +488,46 @@ def bench_local(env: str, calls: int) -> list[tuple[str, float]]:
 # ---------------------------------------------------------------- report
 
 
+def pool(results: list[Result]) -> list[Result]:
+    """The rounds of each (server, mode) pooled, in the order the servers were first measured."""
+    groups: dict[tuple[str, str], list[Result]] = {}
+    for r in results:
+        groups.setdefault((r.server, r.mode), []).append(r)
+    return [Result.pooled(group) for group in groups.values()]
+
+
+def rounds_table(results: list[Result], conc: int) -> Any:
+    """envreg lean against OpenEnv, round by round and pooled (issue 25's three figures)."""
+    from rich.table import Table
+
+    lean, openenv = "envreg lean", "OpenEnv (WebSocket)"
+    by = {(r.server, r.mode, r.round): r for r in [*results, *pool(results)]}
+    table = Table(title="envreg lean vs OpenEnv, each round (the same machine load for both)")
+    for col in ("round", f"calls/s at {conc}", "x", f"server CPU ms/call at {conc}", "sequential p50 ms"):
+        table.add_column(col, justify="right")
+    for r in [*sorted({r.round for r in results}), -1]:
+        ours, theirs = by.get((lean, f"{conc} conc", r)), by.get((openenv, f"{conc} conc", r))
+        seq_ours, seq_theirs = by.get((lean, "seq", r)), by.get((openenv, "seq", r))
+        if not (ours and theirs and seq_ours and seq_theirs):
+            continue
+        table.add_row(
+            "pooled" if r == -1 else str(r), f"{ours.rate:,.0f} vs {theirs.rate:,.0f}",
+            f"{ours.rate / theirs.rate:.2f}x", f"{ours.cpu_ms:.3f} vs {theirs.cpu_ms:.3f}",
+            f"{seq_ours.pct(0.5):.3f} vs {seq_theirs.pct(0.5):.3f}",
+        )  # fmt: skip
+    return table
+
+
 def print_report(results: list[Result], local: list[tuple[str, float]], args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    rounds, results = results, pool(results)
     lean = {r.mode: r for r in results if r.server == "envreg lean"}
-    table = Table(title=f"Tool call `increment` over loopback ({os.cpu_count()} CPUs, env {args.env})")
+    table = Table(
+        title=f"Tool call `increment` over loopback ({os.cpu_count()} CPUs, env {args.env}, "
+        f"{args.rounds} rounds pooled)"
+    )
     for col in ("server", "mode", "calls", "p50 ms", "p99 ms", "calls/s", "server CPU ms/call",
                 "client CPU ms/call", "CPU/call vs lean", "calls/s vs lean"):  # fmt: skip
         table.add_column(col, justify="left" if col in ("server", "mode") else "right")
@@ -464,6 +542,7 @@ def print_report(results: list[Result], local: list[tuple[str, float]], args: ar
     if not console.is_terminal:
         console = Console(width=170)
     console.print(table)
+    console.print(rounds_table(rounds, args.concurrency))
     local_table = Table(title=f"Local tier, in process ({args.local_calls} calls)")
     local_table.add_column("path")
     local_table.add_column("calls/s", justify="right")
@@ -508,6 +587,7 @@ def main() -> None:
         "--env", default=str(ROOT / "tests" / "fixtures" / "counter"), help="environment for envreg"
     )
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--rounds", type=int, help="rounds over all servers (default 3; --quick: 1)")
     parser.add_argument("--serve", choices=sorted(SERVE), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -515,9 +595,8 @@ def main() -> None:
         SERVE[args.serve](args.port)
         return
     ensure_bench_venv()
-    import uvloop
-
     seq_calls, conc_calls = (500, 20) if args.quick else (2000, 100)
+    args.rounds = args.rounds or (1 if args.quick else 3)
     args.local_calls = 2000 if args.quick else 20000
     servers = [
         envreg_server(args.env, fast_path=True),
@@ -526,13 +605,7 @@ def main() -> None:
         child_server("fastmcp", "fastmcp"),
         child_server("OpenEnv (WebSocket)", "openenv"),
     ]
-    results: list[Result] = []
-    for server in servers:
-        print(f"benchmarking {server.name} ...", flush=True)
-        try:
-            results += uvloop.run(bench_server(server, seq_calls, args.concurrency, conc_calls))
-        except Exception as exc:  # one broken server should not hide the others' figures
-            print(f"  {server.name} failed: {type(exc).__name__}: {exc}")
+    results = bench_rounds(servers, args.rounds, seq_calls, args.concurrency, conc_calls)
     print_report(results, bench_local(args.env, args.local_calls), args)
 
 
