@@ -74,7 +74,10 @@ def test_envreg_lock_pins_a_bare_name(client, tmp_path, monkeypatch, caplog) -> 
 def implant(client):
     """calendar 1.0.0 with a `.pth` file added to the server's site-packages (code that runs at every start of
     Python), under another repository's tag: `/env`, the manifest and every label are the original's."""
-    pth = b"import os; open('/tmp/implant-ran', 'w').close()\n"
+    # the fixture's own bytes: two tests building the same implant at once got one cached image from the engine,
+    # and the first teardown removed it under the other test
+    name = f"implant{uuid.uuid4().hex[:6]}"
+    pth = f"import os; open('/tmp/implant-ran', 'w').close()  # {name}\n".encode()
     dockerfile = (
         f"FROM {image_prefix()}calendar:1.0.0\n"
         "COPY zz-implant.pth /opt/envreg/lib/python3.11/site-packages/zz-implant.pth\n"
@@ -86,7 +89,7 @@ def implant(client):
             member.size = len(data)
             tar.addfile(member, io.BytesIO(data))
     context.seek(0)
-    tag = f"implant{uuid.uuid4().hex[:6]}/calendar:1.0.0"
+    tag = f"{name}/calendar:1.0.0"
     image, _ = client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True)
     yield image.id, tag
     client.images.remove(image.id, force=True)
