@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 import anyio
 import docker
 import pytest
+import requests
 from mcp_helpers import mcp_client
 
 from envreg.env import load_environment
@@ -162,7 +163,15 @@ async def test_an_oom_kill_is_named_in_every_error_it_causes() -> None:
             subprocess.run(
                 ["docker", "exec", sb.server.id, "sh", "-c", script], capture_output=True, timeout=60
             )
-        state = docker.from_env().containers.get(sb.server.id).attrs["State"]
+        # the engine records the death after `docker exec` returns (under load, CI once read "running"): wait
+        # for the container to stop, as `docker wait` does
+        container = docker.from_env().containers.get(sb.server.id)
+        try:
+            container.wait(timeout=60)
+        except requests.exceptions.RequestException:  # docker-py's timeout
+            pytest.fail(f"the container still runs 60 s after the allocation: {container.attrs['State']}")
+        container.reload()
+        state = container.attrs["State"]
         assert state["OOMKilled"] and not state["Running"], state
         with pytest.raises(SandboxGone, match="OOM-killed: it reached its memory limit"):
             await sb.call_tool("list_calendars", {})
