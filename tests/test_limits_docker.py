@@ -169,6 +169,7 @@ async def test_an_oom_kill_is_named_in_every_error_it_causes() -> None:
         try:
             container.wait(timeout=60)
         except requests.exceptions.RequestException:  # docker-py's timeout
+            container.reload()
             pytest.fail(f"the container still runs 60 s after the allocation: {container.attrs['State']}")
         container.reload()
         state = container.attrs["State"]

@@ -52,6 +52,12 @@ class Domain:
     def environment_module(self) -> Any:
         return importlib.import_module(f"tau2.domains.{self.module}.environment")
 
+    def get_environment(self, **kwargs: Any) -> Any:
+        """A new tau2 environment of the domain, as tau2's registry builds it (telecom: the manual policy, its
+        default). envreg never imports `tau2.registry`: it imports tau2's agents and with them litellm
+        (seconds of imports, and a network fetch of a price list)."""
+        return self.environment_module().get_environment(**kwargs)
+
 
 DOMAIN_INFO = {
     "airline": Domain("airline", "airline", "FlightDB"),
@@ -81,14 +87,11 @@ def env_name(domain: str) -> str:
 
 @cache
 def reference(domain: str) -> Any:
-    """tau2's own environment of the domain, as its registry builds it (its database loaded from disk).
-
-    envreg reads tau2's domains from their modules, never through `tau2.registry`: that imports tau2's agents
-    and with them litellm (seconds of imports, and a network fetch of a price list)."""
+    """tau2's own environment of the domain, as its registry builds it (its database loaded from disk)."""
     if domain not in DOMAIN_INFO:
         raise KeyError(f"unknown tau2 domain {domain!r}; known: {', '.join(DOMAINS)}")
     _tau2()
-    return DOMAIN_INFO[domain].environment_module().get_environment()
+    return DOMAIN_INFO[domain].get_environment()
 
 
 def tasks(domain: str, split: str = "base") -> list[Any]:
@@ -261,7 +264,7 @@ def task_initial_state(domain: str, task: Any) -> dict[str, Any] | None:
         not init.initialization_data and not init.initialization_actions and not init.message_history
     ):
         return None
-    env = DOMAIN_INFO[domain].environment_module().get_environment()
+    env = DOMAIN_INFO[domain].get_environment()
     env.set_state(
         initialization_data=init.initialization_data,
         initialization_actions=init.initialization_actions,

@@ -59,7 +59,7 @@ class Tau2Report:
 
 def gold_hashes(domain: str, task: Any) -> tuple[str | None, str | None]:
     """The database hashes of tau2's own gold run of the task."""
-    env = tau2.DOMAIN_INFO[domain].environment_module().get_environment()
+    env = tau2.DOMAIN_INFO[domain].get_environment()
     init = task.initial_state
     if init is not None:
         env.set_state(init.initialization_data, init.initialization_actions, init.message_history or [])
@@ -82,7 +82,7 @@ def envreg_verdict(domain: str, task: Any, state: dict[str, Any]) -> tuple[bool,
         user = getattr(model, "user_db", None)
         db = type(tau2.reference(domain).tools.db).model_validate(model.model_dump(exclude={"user_db"}))
         kwargs = {"db": db, **({"user_db": user} if user is not None else {})}
-        env = tau2.DOMAIN_INFO[domain].environment_module().get_environment(**kwargs)
+        env = tau2.DOMAIN_INFO[domain].get_environment(**kwargs)
         for assertion in task.evaluation_criteria.env_assertions or []:
             if not env.run_env_assertion(assertion, raise_assertion_error=False):
                 return False, f"tau2's assertion {assertion.func_name} fails on the final state"
@@ -93,9 +93,10 @@ def tau2_verdict(domain: str, task: Any, trajectory: list[Any]) -> tuple[bool, s
     """tau2's EnvironmentEvaluator on the trajectory envreg produced: (reward == 1, why not)."""
     from tau2.evaluator.evaluator_env import EnvironmentEvaluator
 
-    constructor = tau2.DOMAIN_INFO[domain].environment_module().get_environment
     try:
-        info = EnvironmentEvaluator.calculate_reward(constructor, task, trajectory)
+        info = EnvironmentEvaluator.calculate_reward(
+            tau2.DOMAIN_INFO[domain].get_environment, task, trajectory
+        )
     except Exception as exc:  # set_state refuses a trajectory whose results differ from tau2's
         return False, f"tau2 refused the trajectory: {str(exc).splitlines()[0][:160]}"
     return info.reward == 1.0, "" if info.reward == 1.0 else f"tau2 reward {info.reward}"
