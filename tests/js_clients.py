@@ -55,8 +55,18 @@ def install() -> Path:
                     raise RuntimeError(f"npm installed node {version}, not {NODE_MAJOR}x")
                 stamp.write_text(version + "\n")
     for script in SOURCE.glob("*.mjs"):
-        shutil.copy(script, target / script.name)
+        _place(script.read_bytes(), target / script.name)
     return target
+
+
+def _place(data: bytes, path: Path) -> None:
+    """Write `path` only when its bytes differ, by rename: a node process of another worker (or of the install
+    that `scripts/test` starts in the background) may be reading it."""
+    if path.exists() and path.read_bytes() == data:
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_bytes(data)
+    os.replace(partial, path)
 
 
 def env(folder: Path) -> dict[str, str]:
