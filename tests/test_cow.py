@@ -13,7 +13,7 @@ import random
 
 import pydantic_core
 import pytest
-from conftest import REFERENCE_ENVS
+from conftest import REFERENCE_ENVS, scaled
 from cow_helpers import initial_states, random_calls, reference_call
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -302,14 +302,15 @@ def test_undo_keeps_the_order_of_keys() -> None:
 def test_every_tool_of_every_environment_matches_a_deep_copy(name: str) -> None:
     """Random calls (half of them failing half way) on the catalog: the same results and canonical
     bytes as a deep copy with a full revalidation (volatile paths aside: BFCL's file system stamps
-    files with the wall clock), and every state the instance held before is intact."""
+    files with the wall clock), and every state the instance held before is intact. 120 calls from each
+    starting state under `scripts/test --full` (CI), 40 elsewhere."""
     env = load_environment(name)
     rng = random.Random(1414)
     for start in initial_states(env):
         instance = env.instance(start)
         reference = env.parse_state(start) if start is not None else env.initial_state()
         history = []
-        for tool, arguments in random_calls(env, rng, 120):
+        for tool, arguments in random_calls(env, rng, scaled(120, 40)):
             history.append((instance.state, instance.state.canonical()))
             result = instance.call_tool(tool, arguments)
             reference, expected = reference_call(env, reference, tool, arguments)

@@ -167,8 +167,15 @@ def test_cli_graph_writes_json_and_a_picture_per_domain(tmp_path, monkeypatch) -
     domains = {m.domain for m in catalog_manifests()}
     svgs = sorted(pics.glob("graph-*.svg"))
     assert {p.stem.removeprefix("graph-") for p in svgs} == domains
+    svg_ns = "{http://www.w3.org/2000/svg}"
     for svg in svgs:
-        assert ET.parse(svg).getroot().tag.endswith("svg")
+        root = ET.parse(svg).getroot()
+        assert root.tag == f"{svg_ns}svg"
+        title = next(t.text for t in root.iter(f"{svg_ns}text") if t.text and "dependencies" in t.text)
+        stated = int(title.rsplit("; ", 1)[1].split()[0])
+        arrows = [g for g in root.iter(f"{svg_ns}g") if g.get("id", "").startswith("Quiver")]
+        drawn = sum(len(list(g.iter(f"{svg_ns}path"))) for g in arrows)
+        assert drawn == stated, f"{svg.name}: {drawn} arrows drawn for {title!r}"
     png = runner.invoke(
         app, ["synth", "graph", "--env", "calendar", "-o", str(out), "--render", str(pics), "--format", "png"]
     )
