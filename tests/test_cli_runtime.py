@@ -375,6 +375,52 @@ def test_gc_takes_a_container_removed_while_it_lists_as_already_gone() -> None:
     assert client.api.containers(all=True, filters={"id": other}) == [], "the rest is still collected"
 
 
+@gc_group
+def test_gc_sees_a_keeper_at_every_step_of_its_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime whose keeper died starts another: gc, run at the moment the new keeper is created, must still
+    count the runtime as alive or within its grace. The dead keeper used to be removed first, and a runtime
+    with no keeper at all counts as gone since each container's creation: gc took its sandboxes."""
+    import docker
+    from docker.models.containers import ContainerCollection
+
+    from envreg.protocol import KEEPER_LABEL, MANAGED_LABEL, RUNTIME_LABEL
+    from envreg.runtime.backends.docker_keeper import Garbage, Keeper, collect_garbage
+
+    runtime = "rt_restart" + os.urandom(3).hex()
+    client = docker.from_env()
+    keeper = Keeper(client, runtime, "envreg/base:latest", {MANAGED_LABEL: "true", RUNTIME_LABEL: runtime})
+    sandbox = f"envreg-test-{runtime}"
+    subprocess.run(
+        ["docker", "create", "--name", sandbox, *_runtime_labels(runtime), "--entrypoint", "sleep",
+         "envreg/base:latest", "600"],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    passes: list[Garbage] = []
+    creating = ContainerCollection.create
+
+    def gc_then_create(self, *args, **kwargs):
+        passes.append(collect_garbage(client, grace=1, dry_run=True))
+        return creating(self, *args, **kwargs)
+
+    try:
+        time.sleep(1.5)  # the sandbox is older than gc's grace
+        monkeypatch.setattr(ContainerCollection, "create", gc_then_create)
+        subprocess.run(["docker", "kill", keeper.container.id], capture_output=True, check=True)
+        deadline = time.monotonic() + 30
+        while keeper.restarts == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert keeper.restarts == 1 and passes, "the keeper was not started again"
+        assert all(sandbox not in g.containers for g in passes), "gc would take a live runtime's sandbox"
+        keepers = client.containers.list(all=True, filters={"label": f"{KEEPER_LABEL}={runtime}"})
+        assert [(k.id, k.status) for k in keepers] == [(keeper.container.id, "running")], (
+            "the dead one is left"
+        )
+    finally:
+        keeper.close()
+        subprocess.run(["docker", "rm", "-f", sandbox], capture_output=True)
+        client.close()
+
+
 def _runtime_labels(runtime: str) -> list[str]:
     from envreg.protocol import MANAGED_LABEL, RUNTIME_LABEL
 

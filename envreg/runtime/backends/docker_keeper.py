@@ -41,16 +41,22 @@ class Keeper:
         self.client, self.runtime_id, self.image, self.labels = client, runtime_id, image, labels
         self.name = f"envreg-keeper-{runtime_id.removeprefix('rt_')}"
         self.restarts = 0
+        self._retired: list[str] = []  # dead predecessors, renamed, to remove once a new keeper runs
         self._closed = threading.Event()
         self._lock = threading.Lock()  # a restart and close never interleave
         self._start()
         threading.Thread(target=self._watch, name=f"envreg-keeper-{runtime_id}", daemon=True).start()
 
     def _start(self) -> None:
+        """Create, attach to and start a keeper under `self.name`. A dead predecessor is renamed out of the way
+        and removed only once the new keeper exists: `envreg gc` must always find a keeper of this runtime,
+        since a runtime with none counts as gone since each resource's creation (`Liveness.owned_until`)."""
         import docker.errors
 
         with contextlib.suppress(docker.errors.NotFound):
-            self.client.api.remove_container(self.name, force=True)  # a dead predecessor
+            retired = f"{self.name}-retired-{self.client.api.inspect_container(self.name)['Id'][:12]}"
+            self.client.api.rename(self.name, retired)
+            self._retired.append(retired)
         self.container = self.client.containers.create(
             self.image,
             entrypoint=KEEPER_COMMAND,
@@ -70,6 +76,10 @@ class Keeper:
         # attach before start: with StdinOnce the engine closes stdin when this connection closes
         self.socket = self.client.api.attach_socket(self.container.id, params={"stdin": 1, "stream": 1})
         self.container.start()
+        while self._retired:
+            with contextlib.suppress(docker.errors.NotFound):
+                self.client.api.remove_container(self._retired[-1], force=True)
+            self._retired.pop()
 
     def _raw(self) -> socket.socket:
         return getattr(self.socket, "_sock", self.socket)  # the SDK hands out a SocketIO over the real socket
@@ -111,8 +121,9 @@ class Keeper:
                 raw.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):
                 raw.close()
-            with contextlib.suppress(Exception):
-                self.container.remove(force=True)
+            for container in [self.container.id, *self._retired]:
+                with contextlib.suppress(Exception):
+                    self.client.api.remove_container(container, force=True)
 
 
 def _epoch(text: str) -> float:
