@@ -13,10 +13,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx2
 import pytest
 from daemon_helpers import DaemonProcess
 from mcp_helpers import mcp_client
+
+from envreg.http.client import request as http_request
 
 pytestmark = pytest.mark.docker
 # `envreg gc --grace 0` removes every ended runtime's leftovers, another test's included: one worker runs them
@@ -279,7 +280,9 @@ def test_run_detach_ps_stop(daemon: DaemonProcess, tmp_path: Path) -> None:
     assert "no sandbox 'sb_nope'" in stopped.stderr
     assert envreg(daemon.home, "ps", "-q").stdout.split() == []
     assert (
-        httpx2.post(sb["mcp_url"], json={}, headers={"authorization": f"Bearer {sb['token']}"}).status_code
+        http_request(
+            "POST", sb["mcp_url"], json={}, headers={"authorization": f"Bearer {sb['token']}"}
+        ).status_code
         == 404
     )
 

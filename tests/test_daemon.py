@@ -7,7 +7,6 @@ import stat
 import subprocess
 from collections.abc import Iterator
 
-import httpx2
 import pytest
 import schemathesis
 from daemon_helpers import DaemonProcess
@@ -18,6 +17,8 @@ from mcp_helpers import ERAS, mcp_client
 from schemathesis import GenerationMode
 from schemathesis.core.parameters import ParameterLocation
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
+
+from envreg.http.client import request as http_request
 
 EVENT = {
     "calendar_id": "cal_0001",
@@ -187,7 +188,7 @@ async def test_tokens_are_checked_on_the_api_and_the_gateway(daemon: DaemonProce
     init = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     for token in (None, "wrong", daemon.token):
         headers = {"authorization": f"Bearer {token}"} if token else {}
-        response = httpx2.post(sb["mcp_url"], json=init, headers=headers)
+        response = http_request("POST", sb["mcp_url"], json=init, headers=headers)
         assert response.status_code == 401, response.text
     with pytest.raises(Exception):  # noqa: B017 - the SDK's error for a 401
         async with mcp_client(sb["mcp_url"], "2026-07-28", token="wrong") as client:
@@ -208,7 +209,7 @@ def test_unknown_and_deleted_sandboxes_are_404(daemon: DaemonProcess) -> None:
     ):
         response = daemon.request(method, path, body)
         assert response.status_code == 404 and "sb_nope" in response.json()["error"], (path, response.text)
-    assert httpx2.post(f"{daemon.url}/sandboxes/sb_nope/mcp", json={}).status_code == 404
+    assert http_request("POST", f"{daemon.url}/sandboxes/sb_nope/mcp", json={}).status_code == 404
     assert (
         daemon.request("POST", "/v1/sandboxes", {"env": "nope", "isolation": "container"}).status_code == 404
     )
@@ -224,7 +225,7 @@ def test_unknown_and_deleted_sandboxes_are_404(daemon: DaemonProcess) -> None:
     daemon.ok("DELETE", f"/v1/sandboxes/{sb['id']}", status=204)
     headers = {"authorization": f"Bearer {sb['token']}"}
     init = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-    assert httpx2.post(sb["mcp_url"], json=init, headers=headers).status_code == 404
+    assert http_request("POST", sb["mcp_url"], json=init, headers=headers).status_code == 404
     assert daemon.request("GET", f"/v1/sandboxes/{sb['id']}").status_code == 404
     assert daemon.request("DELETE", f"/v1/sandboxes/{sb['id']}").status_code == 404
 
@@ -240,7 +241,8 @@ def test_errors_are_json_and_bad_input_is_400(daemon: DaemonProcess) -> None:
         response = daemon.request("POST", "/v1/sandboxes", body)
         assert response.status_code == 400, (body, response.text)
         assert response.json()["error"]
-    raw = httpx2.post(
+    raw = http_request(
+        "POST",
         daemon.url + "/v1/sandboxes",
         content=b"{not json",
         headers={"authorization": "Bearer t", "content-type": "application/json"},

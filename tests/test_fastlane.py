@@ -26,6 +26,7 @@ from servers import EnvServerProcess, modern_request
 from envreg.env import load_scenarios
 from envreg.env.loader import load_environment
 from envreg.env.scenario import run_steps
+from envreg.http.client import request as http_request
 from envreg.http.fastpath import FastPath
 from envreg.runtime.backends.base import Upstream
 from envreg.runtime.fastlane import Lane
@@ -144,7 +145,8 @@ async def test_an_mcp_client_plays_a_scenario_through_the_lane(servers, era) -> 
     env = load_environment("calendar")
     scenario = load_scenarios(env.folder)[0][0]
     route = route_to(started["calendar"], token)
-    created = httpx2.post(
+    created = http_request(
+        "POST",
         f"{started['calendar'].control_url}/instances",
         json={"state": scenario.initial_state} if scenario.initial_state else {},
         headers=started["calendar"].auth,

@@ -13,6 +13,8 @@ from daemon_helpers import DaemonProcess
 from gateway_helpers import LEGACY, LIST, MODERN, legacy_client
 from servers import modern_request
 
+from envreg.http.client import request as http_request
+
 APP = "http://localhost:6274"  # where the MCP Inspector's web UI runs
 
 
@@ -37,7 +39,7 @@ def test_huge_ids_are_not_echoed(daemon: DaemonProcess) -> None:
     huge = "sb_" + "y" * 5000
     for r in (
         daemon.request("GET", f"/v1/sandboxes/{huge}"),
-        httpx2.post(f"{daemon.url}/sandboxes/{huge}/mcp", json=LIST, headers=MODERN),
+        http_request("POST", f"{daemon.url}/sandboxes/{huge}/mcp", json=LIST, headers=MODERN),
     ):
         assert r.status_code == 404 and len(r.content) < 400 and "y" * 100 not in r.text, r.text
 
@@ -45,14 +47,17 @@ def test_huge_ids_are_not_echoed(daemon: DaemonProcess) -> None:
 def test_host_and_origin_are_checked_on_the_whole_port(daemon: DaemonProcess) -> None:
     auth = {"authorization": f"Bearer {daemon.token}"}
     for path in ("/v1/healthz", "/sandboxes/sb_x/mcp"):
-        r = httpx2.get(daemon.url + path, headers={**auth, "host": "evil.example.com"})
+        r = http_request("GET", daemon.url + path, headers={**auth, "host": "evil.example.com"})
         assert r.status_code == 421, r.text
-        r = httpx2.get(daemon.url + path, headers={**auth, "origin": "http://evil.example.com"})
+        r = http_request("GET", daemon.url + path, headers={**auth, "origin": "http://evil.example.com"})
         assert r.status_code == 403, r.text
     assert (
-        httpx2.get(daemon.url + "/v1/healthz", headers={**auth, "host": "envreg.test:443"}).status_code == 200
+        http_request(
+            "GET", daemon.url + "/v1/healthz", headers={**auth, "host": "envreg.test:443"}
+        ).status_code
+        == 200
     )
-    assert httpx2.get(daemon.url + "/v1/healthz", headers={**auth, "origin": APP}).status_code == 200
+    assert http_request("GET", daemon.url + "/v1/healthz", headers={**auth, "origin": APP}).status_code == 200
 
 
 def test_cors_preflights_are_answered_for_configured_origins(daemon: DaemonProcess) -> None:
@@ -68,7 +73,7 @@ def test_cors_preflights_are_answered_for_configured_origins(daemon: DaemonProce
         assert r.status_code == 200, r.text
         assert r.headers["access-control-allow-origin"] == APP
         assert "authorization" in r.headers["access-control-allow-headers"]
-    r = httpx2.get(daemon.url + "/v1/healthz", headers={"origin": APP})
+    r = http_request("GET", daemon.url + "/v1/healthz", headers={"origin": APP})
     assert r.status_code == 401 and r.headers["access-control-allow-origin"] == APP
     assert "www-authenticate" in r.headers["access-control-expose-headers"].lower()
 
@@ -179,14 +184,16 @@ def test_tool_calls_on_the_daemons_port_take_the_gateways_fast_path(
         headers = {**headers, "authorization": f"Bearer {info['token']}"}
         answers = []
         for host in (None, None, "envreg.test:443"):
-            r = httpx2.post(
-                info["mcp_url"], json=body, headers={**headers, **({"host": host} if host else {})}
+            r = http_request(
+                "POST", info["mcp_url"], json=body, headers={**headers, **({"host": host} if host else {})}
             )
             assert r.status_code == 200, r.text
             answers.append(r.json()["result"]["content"])
         assert answers[0] == answers[1] == answers[2]
         assert daemon.ok("GET", "/v1/healthz")["fast_path_calls"] == before + 2
-        wrong = httpx2.post(info["mcp_url"], json=body, headers={**headers, "authorization": "Bearer nope"})
+        wrong = http_request(
+            "POST", info["mcp_url"], json=body, headers={**headers, "authorization": "Bearer nope"}
+        )
         assert wrong.status_code == 401 and daemon.ok("GET", "/v1/healthz")["fast_path_calls"] == before + 2
     finally:
         daemon.ok("DELETE", f"/v1/sandboxes/{info['id']}", status=204)

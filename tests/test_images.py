@@ -17,6 +17,7 @@ import pytest
 from conftest import REFERENCE_ENVS, ROOT
 
 from envreg.config import image_prefix
+from envreg.http.client import request as http_request
 from envreg.images import (
     BaseLock,
     EnvImage,
@@ -190,7 +191,7 @@ def _wait_http(url: str, timeout: float = 30, headers: dict | None = None) -> No
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            httpx2.get(url, headers=headers, timeout=1)
+            http_request("GET", url, headers=headers, timeout=1)
             return
         except httpx2.HTTPError:
             time.sleep(0.1)

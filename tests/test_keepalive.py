@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 
 import anyio
-import httpx2
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from daemon_helpers import DaemonProcess
 from servers import modern_request
 
+from envreg.http.client import request as http_request
 from envreg.protocol import KEEP_ALIVE_SECONDS
 from envreg.runtime import Runtime
 
@@ -115,7 +115,7 @@ async def test_the_environment_server_says_its_keep_alive_on_both_planes(env_ser
     from conftest import COUNTER
 
     server = env_server(COUNTER)
-    r = httpx2.post(f"{server.url}/mcp", json=LIST, headers=MODERN)
+    r = http_request("POST", f"{server.url}/mcp", json=LIST, headers=MODERN)
     assert r.status_code == 200 and r.headers["keep-alive"] == f"timeout={KEEP_ALIVE_SECONDS}"
-    r = httpx2.get(f"{server.control_url}/healthz", headers=server.auth)
+    r = http_request("GET", f"{server.control_url}/healthz", headers=server.auth)
     assert r.headers["keep-alive"] == f"timeout={KEEP_ALIVE_SECONDS}"

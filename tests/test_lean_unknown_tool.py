@@ -13,6 +13,7 @@ import pytest
 from conftest import COUNTER
 from servers import ANSWER_S, modern_request
 
+from envreg.http.client import request as http_request
 from envreg.protocol import DEFAULT_INSTANCE
 from envreg.server.app import EnvServer, ServerConfig
 from envreg.server.lean import header_name
@@ -78,7 +79,9 @@ def test_unknown_tools_are_refused_as_the_sdk_refuses_them(env_server, tool: str
         instance = server.new_instance()
         body, headers = unknown_call(tool)
         headers = {**headers, "mcp-name": header, "host": f"127.0.0.1:{server.port}"}
-        r = httpx2.post(server.mcp_url(instance), content=json.dumps(body), headers=headers, timeout=ANSWER_S)
+        r = http_request(
+            "POST", server.mcp_url(instance), content=json.dumps(body), headers=headers, timeout=ANSWER_S
+        )
         return r.status_code, r.json(), server.state(instance)["sha256"]
 
     lean, sdk = exchange(env_server(COUNTER, True)), exchange(env_server(COUNTER, False))

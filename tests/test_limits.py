@@ -10,7 +10,6 @@ import json
 import re
 from pathlib import Path
 
-import httpx2
 import pytest
 from conftest import FIXTURES, REFERENCE_ENVS
 from mcp_helpers import ERAS, mcp_client
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 
 from envreg.env import Limits, load_environment
 from envreg.env.limits import DEFAULT_MAX_ARGUMENT_BYTES, DEFAULT_MAX_STATE_BYTES
+from envreg.http.client import request as http_request
 from envreg.manifest import build_manifest
 
 NOTES = str(FIXTURES / "notes")
@@ -161,13 +161,19 @@ async def test_limits_over_mcp_and_the_control_plane(env_server, era) -> None:
     assert len(state["state"]["notes"]) == 5 and state["state"]["notes"][0] == "kept"
 
     oversized = {"notes": ["c" * 1000] * 5}
-    r = httpx2.put(f"{server.control_url}/instances/{instance}/state", json=oversized, headers=server.auth)
+    r = http_request(
+        "PUT", f"{server.control_url}/instances/{instance}/state", json=oversized, headers=server.auth
+    )
     assert r.status_code == 422 and "max_state_bytes" in r.json()["error"], r.text
-    r = httpx2.post(f"{server.control_url}/instances", json={"state": oversized}, headers=server.auth)
+    r = http_request(
+        "POST", f"{server.control_url}/instances", json={"state": oversized}, headers=server.auth
+    )
     assert r.status_code == 422 and "max_state_bytes" in r.json()["error"], r.text
     # a body past the control plane's own limit (twice the state limit + 1 MiB) is a 413 naming it
     body = json.dumps({"notes": ["d" * (2 << 20)]})
-    r = httpx2.put(f"{server.control_url}/instances/{instance}/state", content=body, headers=server.auth)
+    r = http_request(
+        "PUT", f"{server.control_url}/instances/{instance}/state", content=body, headers=server.auth
+    )
     assert r.status_code == 413 and "limit of 1,056,768 bytes" in r.json()["error"], r.text
     assert server.state(instance) == state
 

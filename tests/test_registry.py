@@ -23,6 +23,7 @@ import httpx2
 import pytest
 
 from envreg.config import image_prefix
+from envreg.http.client import request as http_request
 
 pytestmark = pytest.mark.docker
 
@@ -172,8 +173,8 @@ def containers(engine):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                r = httpx2.get(
-                    f"http://127.0.0.1:{control}/healthz", headers={"authorization": f"Bearer {TOKEN}"}
+                r = http_request(
+                    "GET", f"http://127.0.0.1:{control}/healthz", headers={"authorization": f"Bearer {TOKEN}"}
                 )
                 if r.status_code == 200:
                     break

@@ -15,6 +15,8 @@ import pytest
 from conftest import ROOT
 from reward_helpers import as_openai_messages, as_tool_call_tags, scenario_truth
 
+from envreg.http.client import request as http_request
+
 
 def envreg(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -115,7 +117,9 @@ def server():
 
 def test_serve_scores_a_batch_in_order_with_per_item_errors(server, items) -> None:
     batch = [*items, {"record": {"envs": ["bank"]}, "output": ""}]
-    response = httpx2.post(f"{server.url}/v1/score", json={"items": batch}, headers=server.auth, timeout=60)
+    response = http_request(
+        "POST", f"{server.url}/v1/score", json={"items": batch}, headers=server.auth, timeout=60
+    )
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     assert [r["index"] for r in results] == list(range(len(batch)))
@@ -125,20 +129,20 @@ def test_serve_scores_a_batch_in_order_with_per_item_errors(server, items) -> No
 
 
 def test_serve_needs_the_token_and_documents_itself(server) -> None:
-    assert httpx2.post(f"{server.url}/v1/score", json={"items": []}).status_code == 401
-    assert httpx2.get(f"{server.url}/openapi.json").status_code == 401
-    doc = httpx2.get(f"{server.url}/openapi.json", headers=server.auth).json()
+    assert http_request("POST", f"{server.url}/v1/score", json={"items": []}).status_code == 401
+    assert http_request("GET", f"{server.url}/openapi.json").status_code == 401
+    doc = http_request("GET", f"{server.url}/openapi.json", headers=server.auth).json()
     assert "/v1/score" in doc["paths"] and "ScoreItem" in doc["components"]["schemas"]
-    health = httpx2.get(f"{server.url}/v1/healthz", headers=server.auth).json()
+    health = http_request("GET", f"{server.url}/v1/healthz", headers=server.auth).json()
     assert health["isolation"] == "local" and health["max_batch"] == 50
 
 
 def test_serve_bounds_batches_and_refuses_bad_bodies(server, items) -> None:
-    big = httpx2.post(
-        f"{server.url}/v1/score", json={"items": [items[0]] * 51}, headers=server.auth, timeout=60
+    big = http_request(
+        "POST", f"{server.url}/v1/score", json={"items": [items[0]] * 51}, headers=server.auth, timeout=60
     )
     assert big.status_code == 413 and "at most 50" in big.json()["error"]
-    bad = httpx2.post(f"{server.url}/v1/score", json={"things": []}, headers=server.auth)
+    bad = http_request("POST", f"{server.url}/v1/score", json={"things": []}, headers=server.auth)
     assert bad.status_code == 400 and "items" in bad.json()["error"]
 
 
@@ -214,7 +218,9 @@ def test_serve_resolves_environments_only_from_its_catalog(server, items, tmp_pa
     for name in (os.path.relpath(evil, ROOT), str(evil)):
         record = json.loads(json.dumps(items[0]["record"]).replace('"bank"', json.dumps(name)))
         batch.append({"record": record, "output": items[0]["output"]})
-    response = httpx2.post(f"{server.url}/v1/score", json={"items": batch}, headers=server.auth, timeout=60)
+    response = http_request(
+        "POST", f"{server.url}/v1/score", json={"items": batch}, headers=server.auth, timeout=60
+    )
     assert response.status_code == 200, response.text
     for result in response.json()["results"]:
         assert "not in this server's catalog" in result["error"], result
@@ -224,7 +230,7 @@ def test_serve_resolves_environments_only_from_its_catalog(server, items, tmp_pa
 def test_serve_caps_request_bodies(server, items) -> None:
     padding = "x" * (17 << 20)
     body = {"items": [{"record": items[0]["record"], "output": padding}]}
-    response = httpx2.post(f"{server.url}/v1/score", json=body, headers=server.auth, timeout=60)
+    response = http_request("POST", f"{server.url}/v1/score", json=body, headers=server.auth, timeout=60)
     assert response.status_code == 413
     assert "over this server's limit of 16,777,216 bytes" in response.json()["error"]
 
@@ -243,7 +249,7 @@ def test_serve_takes_its_token_from_a_file_and_never_shows_it(tmp_path) -> None:
         assert str(token_file) in banner[1]
         assert not any(token in line for line in banner) and token not in " ".join(proc.args)
         url = re.search(r"(http://127\.0\.0\.1:\d+)", banner[0]).group(1)
-        health = httpx2.get(f"{url}/v1/healthz", headers={"authorization": f"Bearer {token}"})
+        health = http_request("GET", f"{url}/v1/healthz", headers={"authorization": f"Bearer {token}"})
         assert health.status_code == 200
     finally:
         proc.terminate()

@@ -17,6 +17,7 @@ from daemon_helpers import DaemonProcess
 from mcp_helpers import ERAS, mcp_client
 
 from envreg.config import image_prefix
+from envreg.http.client import request as http_request
 from envreg.protocol import AGENT_PORT
 from envreg.runtime import Runtime
 
@@ -178,7 +179,9 @@ def test_a_corrupted_snapshot_is_a_client_error(daemon: DaemonProcess) -> None:
 @pytest.mark.anyio
 async def test_bearer_scheme_is_case_insensitive_everywhere(daemon: DaemonProcess) -> None:
     for scheme in ("bearer", "BEARER"):
-        r = httpx2.get(f"{daemon.url}/v1/healthz", headers={"authorization": f"{scheme} {daemon.token}"})
+        r = http_request(
+            "GET", f"{daemon.url}/v1/healthz", headers={"authorization": f"{scheme} {daemon.token}"}
+        )
         assert r.status_code == 200
     sb = daemon.ok("POST", "/v1/sandboxes", {"env": "calendar", "isolation": "instance"}, status=201)
     async with httpx2.AsyncClient() as http:

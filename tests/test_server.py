@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import anyio
-import httpx2
 import pytest
 from conftest import COUNTER, REFERENCE_ENVS, scaled
 from mcp import MCPError
@@ -14,6 +13,7 @@ from servers import modern_request
 
 from envreg.env import load_environment, load_scenarios, states_equal
 from envreg.env.scenario import CallOutcome, run_steps
+from envreg.http.client import request as http_request
 from envreg.manifest import build_manifest
 
 pytestmark = pytest.mark.anyio
@@ -142,7 +142,7 @@ async def test_unknown_tool_is_a_protocol_error(env_server, era) -> None:
 async def test_malformed_json_is_http_400(env_server) -> None:
     server = env_server(COUNTER)
     _, headers = modern_request("tools/list")
-    r = httpx2.post(f"{server.url}/mcp", content=b'{"jsonrpc": "2.0", "id": 1,', headers=headers)
+    r = http_request("POST", f"{server.url}/mcp", content=b'{"jsonrpc": "2.0", "id": 1,', headers=headers)
     assert r.status_code == 400
     assert r.json()["error"]["code"] == -32700
 
@@ -151,9 +151,10 @@ async def test_oversized_body_is_413_on_both_planes(env_server) -> None:
     server = env_server(COUNTER, True, "--max-body", "2048")
     body, headers = modern_request("tools/call", {"name": "increment", "arguments": {"by": 1}})
     body["params"]["padding"] = "x" * 4096
-    r = httpx2.post(f"{server.url}/mcp", json=body, headers=headers)
+    r = http_request("POST", f"{server.url}/mcp", json=body, headers=headers)
     assert r.status_code == 413
-    r = httpx2.post(
+    r = http_request(
+        "POST",
         f"{server.control_url}/instances",
         json={"state": {"value": 1}, "id": "x" * 4000},
         headers=server.auth,
@@ -165,13 +166,15 @@ async def test_invalid_state_is_422_and_the_old_state_is_kept(env_server) -> Non
     server = env_server(COUNTER)
     instance = server.new_instance({"value": 5})
     before = server.state(instance)
-    r = httpx2.put(
-        f"{server.control_url}/instances/{instance}/state", json={"value": "many"}, headers=server.auth
+    r = http_request(
+        "PUT", f"{server.control_url}/instances/{instance}/state", json={"value": "many"}, headers=server.auth
     )
     assert r.status_code == 422
     assert "value" in r.json()["error"]
     assert server.state(instance) == before
-    r = httpx2.post(f"{server.control_url}/instances", json={"state": {"nope": 1}}, headers=server.auth)
+    r = http_request(
+        "POST", f"{server.control_url}/instances", json={"state": {"nope": 1}}, headers=server.auth
+    )
     assert r.status_code == 422
 
 
@@ -195,7 +198,7 @@ CONTROL_ROUTES = [
 async def test_control_plane_requires_the_token(env_server, method, path, token) -> None:
     server = env_server(COUNTER)
     headers = {"authorization": f"Bearer {token}"} if token else {}
-    r = httpx2.request(method, f"{server.control_url}{path}", headers=headers, json={})
+    r = http_request(method, f"{server.control_url}{path}", headers=headers, json={})
     assert r.status_code == 401
     assert r.headers["www-authenticate"] == "Bearer"
 
@@ -203,25 +206,25 @@ async def test_control_plane_requires_the_token(env_server, method, path, token)
 @pytest.mark.parametrize(("method", "path"), [*CONTROL_ROUTES, ("POST", "/i/default/reset")])
 async def test_agent_plane_exposes_no_control_route(env_server, method, path) -> None:
     server = env_server(COUNTER)
-    r = httpx2.request(method, f"{server.url}{path}", headers=server.auth, json={})
+    r = http_request(method, f"{server.url}{path}", headers=server.auth, json={})
     assert r.status_code == 404
 
 
 async def test_unknown_instance_is_404(env_server) -> None:
     server = env_server(COUNTER)
     body, headers = modern_request("tools/list")
-    r = httpx2.post(f"{server.url}/i/not-an-instance/mcp", json=body, headers=headers)
+    r = http_request("POST", f"{server.url}/i/not-an-instance/mcp", json=body, headers=headers)
     assert r.status_code == 404
 
 
 async def test_deleted_instance_is_gone_and_others_are_not(env_server) -> None:
     server = env_server(COUNTER)
     a, b = server.new_instance(), server.new_instance()
-    r = httpx2.delete(f"{server.control_url}/instances/{a}", headers=server.auth)
+    r = http_request("DELETE", f"{server.control_url}/instances/{a}", headers=server.auth)
     assert r.status_code == 204
     body, headers = modern_request("tools/call", {"name": "get", "arguments": {}})
-    assert httpx2.post(server.mcp_url(a), json=body, headers=headers).status_code == 404
-    assert httpx2.post(server.mcp_url(b), json=body, headers=headers).status_code == 200
+    assert http_request("POST", server.mcp_url(a), json=body, headers=headers).status_code == 404
+    assert http_request("POST", server.mcp_url(b), json=body, headers=headers).status_code == 200
 
 
 async def test_reset_returns_to_the_seed(env_server) -> None:
@@ -231,16 +234,16 @@ async def test_reset_returns_to_the_seed(env_server) -> None:
     async with mcp_client(server.mcp_url(instance), "2026-07-28") as client:
         await client.call_tool("increment", {"by": 3})
     assert server.state(instance) != seed
-    r = httpx2.post(f"{server.control_url}/instances/{instance}/reset", headers=server.auth)
+    r = http_request("POST", f"{server.control_url}/instances/{instance}/reset", headers=server.auth)
     assert r.status_code == 200 and r.json() == seed
 
 
 async def test_manifest_and_health_are_served(env_server) -> None:
     server = env_server("bank")
-    r = httpx2.get(f"{server.control_url}/manifest", headers=server.auth)
+    r = http_request("GET", f"{server.control_url}/manifest", headers=server.auth)
     assert r.status_code == 200
     assert r.json()["digests"]["manifest"] == build_manifest(load_environment("bank")).digest
-    health = httpx2.get(f"{server.control_url}/healthz", headers=server.auth).json()
+    health = http_request("GET", f"{server.control_url}/healthz", headers=server.auth).json()
     assert health["status"] == "ok" and health["env"] == "bank"
 
 
@@ -267,7 +270,8 @@ async def test_state_dump_then_load_then_next_call_equals_the_uninterrupted_run(
             await client.call_tool("increment", {"by": by})
     dumped = server.state(resumed)
     await_fresh = server.new_instance()
-    r = httpx2.put(
+    r = http_request(
+        "PUT",
         f"{server.control_url}/instances/{await_fresh}/state",
         content=json.dumps(dumped["state"]),
         headers=server.auth,
@@ -282,13 +286,13 @@ async def test_agent_plane_errors_are_jsonrpc_for_mcp_requests(env_server) -> No
     """An MCP client gets a JSON-RPC error it can show; anything else gets {"error": ...}."""
     server = env_server(COUNTER, True, "--agent-token", "agent-secret")
     body, headers = modern_request("tools/list")
-    r = httpx2.post(f"{server.url}/mcp", json=body, headers=headers)
+    r = http_request("POST", f"{server.url}/mcp", json=body, headers=headers)
     assert r.status_code == 401 and r.json()["error"]["code"] == -32600, r.text
     assert "answers only its runtime" in r.json()["error"]["message"]
     auth = {**headers, "authorization": "Bearer agent-secret"}
-    r = httpx2.post(f"{server.url}/elsewhere", json=body, headers=auth)
+    r = http_request("POST", f"{server.url}/elsewhere", json=body, headers=auth)
     assert r.status_code == 404 and r.json()["error"]["message"].startswith("not found: MCP endpoints are")
-    r = httpx2.get(f"{server.url}/elsewhere", headers={"authorization": "Bearer agent-secret"})
+    r = http_request("GET", f"{server.url}/elsewhere", headers={"authorization": "Bearer agent-secret"})
     assert r.status_code == 404 and r.json() == {
         "error": "not found: MCP endpoints are /mcp and /i/<instance>/mcp"
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,6 +13,8 @@ from pathlib import Path
 import httpx2
 import pytest
 from servers import EnvServerProcess, modern_request
+
+from envreg.http.client import request as http_request
 
 LEAKY_ENV = '''
 """Keeps a list in a module global: what a recycle must not carry to the next sandbox."""
@@ -80,21 +83,25 @@ def server(tmp_path: Path) -> Iterator[EnvServerProcess]:
 
 def remember(server: EnvServerProcess, word: str) -> list[str]:
     body, headers = modern_request("tools/call", {"name": "remember", "arguments": {"word": word}})
-    response = httpx2.post(f"{server.url}/mcp", json=body, headers=headers)
+    response = http_request("POST", f"{server.url}/mcp", json=body, headers=headers)
     return response.json()["result"]["structuredContent"]["result"]
 
 
 def health(server: EnvServerProcess) -> dict:
-    return httpx2.get(f"{server.control_url}/healthz", headers=server.auth).json()
+    return http_request("GET", f"{server.control_url}/healthz", headers=server.auth).json()
 
 
 def recycle(server: EnvServerProcess) -> None:
-    """Ask for a fresh process and wait until it answers, as the runtime does."""
-    response = httpx2.post(f"{server.control_url}/recycle", headers=server.auth)
+    """Ask for a fresh process and wait until it answers, as the runtime does (`DockerBackend.recycle`): a
+    poll that the ending child accepted and then closed unanswered is a "not yet"."""
+    response = http_request("POST", f"{server.control_url}/recycle", headers=server.auth)
     assert response.status_code == 202, response.text
     before = response.json()["generation"]
     deadline = time.monotonic() + 10
-    while health(server)["generation"] == before:
+    while True:
+        with contextlib.suppress(httpx2.TransportError):
+            if health(server)["generation"] != before:
+                return
         assert time.monotonic() < deadline, "no fresh process in 10 s"
         time.sleep(0.01)
 
@@ -122,7 +129,7 @@ def test_a_recycled_server_keeps_nothing_of_the_last_sandbox(server: EnvServerPr
         "generation": 1,
     }
     assert remember(server, "next") == ["next"]  # the module global is as imported
-    listed = httpx2.get(f"{server.control_url}/instances", headers=server.auth).json()["instances"]
+    listed = http_request("GET", f"{server.control_url}/instances", headers=server.auth).json()["instances"]
     assert [i["id"] for i in listed] == ["default"]
     assert list(scratch.iterdir()) == []
     recycle(server)
@@ -132,7 +139,7 @@ def test_a_recycled_server_keeps_nothing_of_the_last_sandbox(server: EnvServerPr
 def test_a_recycle_leaves_no_locked_folder_shared_memory_or_process_behind(server: EnvServerProcess) -> None:
     shm = Path(server.environ["ENVREG_RECYCLE_SHM"])
     body, headers = modern_request("tools/call", {"name": "litter", "arguments": {"shm": str(shm)}})
-    answer = httpx2.post(f"{server.url}/mcp", json=body, headers=headers).json()["result"]
+    answer = http_request("POST", f"{server.url}/mcp", json=body, headers=headers).json()["result"]
     stray = answer["structuredContent"]["result"]
     os.kill(stray, 0)  # it runs, outside the server's process group
     assert (shm / "envreg-litter").exists()
@@ -157,7 +164,7 @@ def test_a_server_dying_otherwise_ends_the_parent_with_its_status(server: EnvSer
 def test_a_stop_during_a_recycle_starts_no_new_process(server: EnvServerProcess, delay: float) -> None:
     """The signal lands while the child ends, while the parent empties the temp folder, or once the
     next child runs: the server stops each time, with the signal's status."""
-    assert httpx2.post(f"{server.control_url}/recycle", headers=server.auth).status_code == 202
+    assert http_request("POST", f"{server.control_url}/recycle", headers=server.auth).status_code == 202
     time.sleep(delay)
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(10) == 128 + signal.SIGTERM
@@ -166,9 +173,9 @@ def test_a_stop_during_a_recycle_starts_no_new_process(server: EnvServerProcess,
 def test_a_server_started_without_recycling_refuses_it() -> None:
     proc = EnvServerProcess("tests/fixtures/counter", image_entry=True).start()
     try:
-        response = httpx2.post(f"{proc.control_url}/recycle", headers=proc.auth)
+        response = http_request("POST", f"{proc.control_url}/recycle", headers=proc.auth)
         assert response.status_code == 409 and "ENVREG_RECYCLE=1" in response.json()["error"]
-        assert httpx2.post(f"{proc.control_url}/recycle").status_code == 401
+        assert http_request("POST", f"{proc.control_url}/recycle").status_code == 401
     finally:
         proc.stop()
 

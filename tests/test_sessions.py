@@ -18,6 +18,8 @@ from mcp import MCPError
 from mcp_helpers import mcp_client
 from servers import modern_request
 
+from envreg.http.client import request as http_request
+
 pytestmark = pytest.mark.anyio
 
 LEGACY = "2025-11-25"
@@ -46,7 +48,7 @@ def open_session(http: httpx2.Client, url: str) -> str:
 
 
 def sessions(server) -> dict:
-    return httpx2.get(f"{server.control_url}/healthz", headers=server.auth).json()["sessions"]
+    return http_request("GET", f"{server.control_url}/healthz", headers=server.auth).json()["sessions"]
 
 
 def test_caps_are_sized_to_the_memory_limit(tmp_path: Path) -> None:
@@ -256,7 +258,7 @@ async def test_the_mcp_client_reads_why_its_session_ended(env_server) -> None:
     instance = server.new_instance()
     async with mcp_client(server.mcp_url(instance), LEGACY) as client:
         await client.call_tool("get", {})
-        r = httpx2.delete(f"{server.control_url}/instances/{instance}", headers=server.auth)
+        r = http_request("DELETE", f"{server.control_url}/instances/{instance}", headers=server.auth)
         assert r.status_code == 204
         with pytest.raises(MCPError, match=f"no instance '{instance}': deleted or never created"):
             await client.call_tool("get", {})

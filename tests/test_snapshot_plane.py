@@ -6,7 +6,6 @@ import gzip
 import hashlib
 import json
 
-import httpx2
 import pytest
 from conftest import COUNTER
 from servers import EnvServerProcess
@@ -14,6 +13,7 @@ from servers import EnvServerProcess
 from envreg.canonical import canonical_json
 from envreg.env import load_environment
 from envreg.errors import InvalidState, SnapshotMismatch
+from envreg.http.client import request as http_request
 from envreg.runtime import Runtime
 from envreg.runtime.backends.local import LocalBackend
 from envreg.runtime.snapshots import SnapshotStore
@@ -25,7 +25,7 @@ def call(server: EnvServerProcess, instance_id: str, tool: str, arguments: dict)
     from servers import modern_request
 
     body, headers = modern_request("tools/call", {"name": tool, "arguments": arguments})
-    r = httpx2.post(server.mcp_url(instance_id), json=body, headers=headers)
+    r = http_request("POST", server.mcp_url(instance_id), json=body, headers=headers)
     assert r.status_code == 200, r.text
     return r.json()["result"]
 
@@ -42,12 +42,14 @@ def test_a_snapshot_is_kept_by_hash_and_moves_to_another_server_once(two_banks) 
     a, b = two_banks
     source = a.new_instance()
     call(a, source, "set_daily_limit", {"account_id": "acc_0001", "limit_cents": 4321})
-    r = httpx2.post(f"{a.control_url}/instances/{source}/snapshot", headers=a.auth)
+    r = http_request("POST", f"{a.control_url}/instances/{source}/snapshot", headers=a.auth)
     assert r.status_code == 200
     sha = r.json()["sha256"]
     assert sha == a.state(source)["sha256"]
     # downloaded compressed; the canonical JSON hashes to its address
-    raw = httpx2.get(f"{a.control_url}/snapshots/{sha}", headers={**a.auth, "accept-encoding": "gzip"})
+    raw = http_request(
+        "GET", f"{a.control_url}/snapshots/{sha}", headers={**a.auth, "accept-encoding": "gzip"}
+    )
     assert raw.status_code == 200 and raw.headers["content-encoding"] == "gzip"
     canonical = raw.content
     assert hashlib.sha256(canonical).hexdigest() == sha
@@ -55,24 +57,29 @@ def test_a_snapshot_is_kept_by_hash_and_moves_to_another_server_once(two_banks) 
     # b does not have it: a restore says so, and changes nothing
     target = b.new_instance()
     before = b.state(target)["sha256"]
-    r = httpx2.post(f"{b.control_url}/instances/{target}/restore", json={"snapshot": sha}, headers=b.auth)
+    r = http_request(
+        "POST", f"{b.control_url}/instances/{target}/restore", json={"snapshot": sha}, headers=b.auth
+    )
     assert r.status_code == 404 and r.json()["missing_snapshot"] == sha
     assert b.state(target)["sha256"] == before
     # uploaded once (gzip), then restored and forked by hash
-    put = httpx2.put(
+    put = http_request(
+        "PUT",
         f"{b.control_url}/snapshots/{sha}",
         content=gzip.compress(canonical),
         headers={**b.auth, "content-encoding": "gzip", "content-type": "application/json"},
     )
     assert put.status_code == 201, put.text
-    r = httpx2.post(f"{b.control_url}/instances/{target}/restore", json={"snapshot": sha}, headers=b.auth)
+    r = http_request(
+        "POST", f"{b.control_url}/instances/{target}/restore", json={"snapshot": sha}, headers=b.auth
+    )
     assert r.status_code == 200 and b.state(target)["sha256"] == sha
-    fork = httpx2.post(f"{b.control_url}/instances", json={"snapshot": sha}, headers=b.auth)
+    fork = http_request("POST", f"{b.control_url}/instances", json={"snapshot": sha}, headers=b.auth)
     assert fork.status_code == 201 and fork.json()["sha256"] == sha
     # the fork and the restored instance diverge on their own; the kept snapshot stays as it was
     call(b, fork.json()["id"], "set_daily_limit", {"account_id": "acc_0001", "limit_cents": 1111})
     assert b.state(target)["sha256"] == sha != b.state(fork.json()["id"])["sha256"]
-    again = httpx2.post(f"{b.control_url}/instances", json={"snapshot": sha}, headers=b.auth)
+    again = http_request("POST", f"{b.control_url}/instances", json={"snapshot": sha}, headers=b.auth)
     assert again.json()["sha256"] == sha
 
 
@@ -90,7 +97,7 @@ def test_an_upload_that_is_not_what_its_address_names_is_refused(
     _, b = two_banks
     sha = hashlib.sha256(b"something else").hexdigest()
     headers = {**b.auth, **({"content-encoding": encoding} if encoding else {})}
-    r = httpx2.put(f"{b.control_url}/snapshots/{sha}", content=body, headers=headers)
+    r = http_request("PUT", f"{b.control_url}/snapshots/{sha}", content=body, headers=headers)
     assert r.status_code == status and message in r.json()["error"], r.text
 
 
@@ -98,9 +105,9 @@ def test_an_invalid_state_is_refused_with_its_problems(two_banks) -> None:
     _, b = two_banks
     bad = canonical_json({"customers": "nobody"}).encode()
     sha = hashlib.sha256(bad).hexdigest()
-    r = httpx2.put(f"{b.control_url}/snapshots/{sha}", content=bad, headers=b.auth)
+    r = http_request("PUT", f"{b.control_url}/snapshots/{sha}", content=bad, headers=b.auth)
     assert r.status_code == 422 and r.json()["errors"]
-    r = httpx2.post(f"{b.control_url}/instances", json={"snapshot": sha}, headers=b.auth)
+    r = http_request("POST", f"{b.control_url}/instances", json={"snapshot": sha}, headers=b.auth)
     assert r.status_code == 404 and r.json()["missing_snapshot"] == sha
 
 
@@ -109,7 +116,8 @@ def test_a_compressed_bomb_is_refused() -> None:
     try:
         bomb = gzip.compress(b" " * 10_000_000)
         sha = hashlib.sha256(b" " * 10_000_000).hexdigest()
-        r = httpx2.put(
+        r = http_request(
+            "PUT",
             f"{server.control_url}/snapshots/{sha}",
             content=bomb,
             headers={**server.auth, "content-encoding": "gzip"},
@@ -130,17 +138,19 @@ def test_a_compressed_bomb_is_refused() -> None:
 )
 def test_snapshot_routes_need_the_token_and_exist_only_on_the_control_plane(two_banks, method, path) -> None:
     a, _ = two_banks
-    assert httpx2.request(method, f"{a.control_url}{path}", json={}).status_code == 401
-    assert httpx2.request(method, f"{a.url}{path}", headers=a.auth, json={}).status_code == 404
+    assert http_request(method, f"{a.control_url}{path}", json={}).status_code == 401
+    assert http_request(method, f"{a.url}{path}", headers=a.auth, json={}).status_code == 404
 
 
 def test_bad_restore_requests_name_the_problem(two_banks) -> None:
     a, _ = two_banks
-    r = httpx2.post(f"{a.control_url}/instances/default/restore", json={"snap": 1}, headers=a.auth)
+    r = http_request("POST", f"{a.control_url}/instances/default/restore", json={"snap": 1}, headers=a.auth)
     assert r.status_code == 400 and "snapshot" in r.json()["error"]
-    r = httpx2.post(f"{a.control_url}/instances/nope/restore", json={"snapshot": "0" * 64}, headers=a.auth)
+    r = http_request(
+        "POST", f"{a.control_url}/instances/nope/restore", json={"snapshot": "0" * 64}, headers=a.auth
+    )
     assert r.status_code == 404 and "missing_snapshot" not in r.json()
-    r = httpx2.put(f"{a.control_url}/snapshots/XYZ", content=b"{}", headers=a.auth)
+    r = http_request("PUT", f"{a.control_url}/snapshots/XYZ", content=b"{}", headers=a.auth)
     assert r.status_code == 400 and "64 lowercase hex" in r.json()["error"]
 
 
