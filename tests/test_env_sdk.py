@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from envreg.canonical import canonical_json, canonical_value, digest
 from envreg.env import Environment, EnvState, ToolError, UnknownToolError, load_environment
-from envreg.env.scenario import states_equal, strip_volatile
+from envreg.env.scenario import states_equal, strip_volatile, without_volatile
 
 
 class Item(BaseModel):
@@ -235,6 +235,27 @@ def test_volatile_paths_are_ignored_by_state_equivalence() -> None:
     assert not states_equal(a, b)
     assert states_equal(a, b, ["now", "items.*.seen"])
     assert strip_volatile(a, ["items.*.seen"])["items"] == [{"id": 1}, {"id": 2}]
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [[], ["now"], ["items.*.seen"], ["items.*"], ["tags"], ["missing.x", "now.x"], ["now", "items.*.seen", "*"]],
+)
+def test_a_state_without_volatile_paths_is_strip_volatile_without_copying_the_rest(paths) -> None:
+    """The comparisons' form of `strip_volatile`: the same JSON, the input left as it was, and only what lies
+    on a path copied."""
+    state = {
+        "now": "2026-01-01T00:00:00",
+        "items": [{"id": 1, "seen": 5}, {"id": 2, "seen": 6, "tags": ["a"]}],
+        "tags": {"x": {"n": 1.0}},
+        "shared": {"deep": [1, 2]},
+    }
+    before = json.dumps(state, sort_keys=True)
+    stripped = without_volatile(state, paths)
+    assert canonical_json(stripped) == canonical_json(strip_volatile(state, paths))
+    assert json.dumps(state, sort_keys=True) == before
+    if "*" not in paths:
+        assert stripped["shared"] is state["shared"]
 
 
 class _Item(BaseModel):

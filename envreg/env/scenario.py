@@ -134,6 +134,33 @@ def strip_volatile(state: Any, paths: Iterable[str]) -> Any:
     return data
 
 
+def without_volatile(state: Any, paths: Iterable[str]) -> Any:
+    """`state` without the dotted `paths`, as it is (not normalized, unlike `strip_volatile`): only the objects
+    and lists on a path are copied, the rest is shared with `state`. For comparisons (`json_equal`), which
+    need no canonical copy of a whole state."""
+    for path in paths:
+        state = _without(state, path.split("."))
+    return state
+
+
+def _without(node: Any, parts: list[str]) -> Any:
+    head, rest = parts[0], parts[1:]
+    if head == "*":
+        if isinstance(node, dict):
+            return {k: _without(v, rest) for k, v in node.items()} if rest else {}
+        if isinstance(node, list):
+            return [_without(v, rest) for v in node] if rest else []
+        return node
+    if not isinstance(node, dict) or head not in node:
+        return node
+    copy = dict(node)
+    if rest:
+        copy[head] = _without(node[head], rest)
+    else:
+        del copy[head]
+    return copy
+
+
 def _drop(node: Any, parts: list[str]) -> None:
     head, rest = parts[0], parts[1:]
     children: list[Any]

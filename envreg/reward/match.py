@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from envreg.env.scenario import strip_volatile
+from envreg.env.scenario import without_volatile
 
 
 def values_match(expected: Any, got: Any, rel_tol: float, abs_tol: float) -> bool:
@@ -147,7 +147,7 @@ def entity_score(
     """Partial credit: the share of entities that the oracle or the prediction changed which end as
     the oracle's. Returns the score and the entities that differ (1.0 and none when the states are equal)."""
     if volatile:
-        initial, expected, got = (strip_volatile(s, volatile) for s in (initial, expected, got))
+        initial, expected, got = (without_volatile(s, volatile) for s in (initial, expected, got))
     before, want, have = entities(initial), entities(expected), entities(got)
     relevant = sorted(
         k

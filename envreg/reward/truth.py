@@ -15,7 +15,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, Va
 
 from envreg.canonical import canonical_json, sha256_hex
 from envreg.env.augment import Augmentation
-from envreg.env.scenario import strip_volatile
+from envreg.env.scenario import without_volatile
 from envreg.reward.answer import Fact
 from envreg.reward.match import json_equal
 from envreg.synth.records import Trajectory
@@ -149,8 +149,8 @@ class GroundTruth(BaseModel):
                 json_equal(self.initial_states[e], self.final_states[e])
                 if not self.volatile.get(e)
                 else json_equal(
-                    strip_volatile(self.initial_states[e], self.volatile[e]),
-                    strip_volatile(self.final_states[e], self.volatile[e]),
+                    without_volatile(self.initial_states[e], self.volatile[e]),
+                    without_volatile(self.final_states[e], self.volatile[e]),
                 )
                 for e in self.envs
             )
