@@ -239,7 +239,15 @@ def test_volatile_paths_are_ignored_by_state_equivalence() -> None:
 
 @pytest.mark.parametrize(
     "paths",
-    [[], ["now"], ["items.*.seen"], ["items.*"], ["tags"], ["missing.x", "now.x"], ["now", "items.*.seen", "*"]],
+    [
+        [],
+        ["now"],
+        ["items.*.seen"],
+        ["items.*"],
+        ["tags"],
+        ["missing.x", "now.x"],
+        ["now", "items.*.seen", "*"],
+    ],
 )
 def test_a_state_without_volatile_paths_is_strip_volatile_without_copying_the_rest(paths) -> None:
     """The comparisons' form of `strip_volatile`: the same JSON, the input left as it was, and only what lies
