@@ -23,7 +23,10 @@ from /proc/<pid>/stat (utime + stime, all threads) around each timed phase.
 
 All servers are started first and measured in rounds (`--rounds`, 3 by default), each round in another
 order, so that the machine's other load hits every server alike; the tables pool the rounds, and envreg
-lean against OpenEnv is also shown round by round.
+lean against OpenEnv is also shown round by round. On a machine with 2 or more CPUs the servers run on
+CPU 0 and the client on CPU 1 (`--no-pin`: anywhere), so that calls/s under load measure the server
+rather than the server and the client together. `--before DIR` adds envreg's lean server from another
+checkout (e.g. `git worktree add DIR <commit>`), measured in the same rounds.
 """
 
 from __future__ import annotations
@@ -172,12 +175,19 @@ class Server:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     log: IO[bytes] | None = None
+    env: dict[str, str] | None = None
+    cpus: set[int] | None = None
+    """The CPUs the server may run on (None: any)."""
 
     def start(self, timeout: float = 90) -> None:
         if not Path(self.argv[0]).exists():
             raise RuntimeError(f"{self.argv[0]} is missing: create it with bench/setup-bench-venv")
         self.log = tempfile.NamedTemporaryFile(prefix="bench-server-", suffix=".log")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
+        cpus = self.cpus
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
+        )  # fmt: skip
         wait_port = self.control_port or self.port
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -237,9 +247,13 @@ class Server:
         return created["mcp_path"]
 
 
-def envreg_server(env: str, fast_path: bool) -> Server:
+def envreg_server(env: str, fast_path: bool, checkout: Path | None = None) -> Server:
+    """envreg's environment server; `checkout`: envreg's code from that folder instead of this one."""
     control_port = free_port()
-    server = Server("envreg lean" if fast_path else "envreg SDK path", [], "mcp", control_port)
+    name = "envreg lean" if fast_path else "envreg SDK path"
+    server = Server(f"{name} ({checkout.name})" if checkout else name, [], "mcp", control_port)
+    if checkout is not None:
+        server.env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
     server.argv = [
         sys.executable, "-m", "envreg.cli.main", "serve-env", env, "--port", str(server.port),
         "--control-port", str(control_port), "--token", TOKEN, *([] if fast_path else ["--no-fast-path"]),
@@ -427,19 +441,26 @@ async def bench_server(server: Server, seq_calls: int, conc: int, conc_calls: in
 
 
 def bench_rounds(
-    servers: list[Server], rounds: int, seq_calls: int, conc: int, conc_calls: int
+    servers: list[Server], rounds: int, seq_calls: int, conc: int, conc_calls: int, pin: bool = True
 ) -> list[Result]:
-    """Every server measured once per round, round r starting at server r (a rotation of the order)."""
+    """Every server measured once per round, round r starting at server r (a rotation of the order);
+    `pin`: the servers on CPU 0, this client on CPU 1 (when there are 2 CPUs or more)."""
     import uvloop
 
+    pin = pin and len(os.sched_getaffinity(0)) >= 2
+    cpus = sorted(os.sched_getaffinity(0))
     up = []
     for server in servers:
+        if pin:
+            server.cpus = {cpus[0]}
         try:
             server.start()
             up.append(server)
         except Exception as exc:  # one broken server should not hide the others' figures
             print(f"  {server.name} failed to start: {type(exc).__name__}: {exc}")
     results: list[Result] = []
+    if pin:
+        os.sched_setaffinity(0, {cpus[1]})
     try:
         for r in range(rounds):
             for server in up[r % len(up) :] + up[: r % len(up)]:
@@ -453,6 +474,7 @@ def bench_rounds(
                     result.round = r + 1
                 results += measured
     finally:
+        os.sched_setaffinity(0, cpus)
         for server in servers:
             server.stop()
     return results
@@ -552,9 +574,14 @@ def print_report(results: list[Result], local: list[tuple[str, float]], args: ar
     console.print(local_table)
     console.print(REFERENCE)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    where = (
+        "the servers on CPU 0, the client on CPU 1"
+        if args.pin and os.cpu_count() >= 2  # pyright: ignore[reportOptionalOperand]
+        else f"the servers share this machine's {os.cpu_count()} CPUs with it"
+    )
     console.print(
-        f"Client: one asyncio+uvloop process, raw keep-alive sockets; the servers share this machine's "
-        f"{os.cpu_count()} CPUs with it (load average now {load}). Latency under 50 connections is closed-loop."
+        f"Client: one asyncio+uvloop process, raw keep-alive sockets; {where} (load average now {load}). "
+        "Latency under 50 connections is closed-loop."
     )
 
 
@@ -587,6 +614,12 @@ def main() -> None:
         "--env", default=str(ROOT / "tests" / "fixtures" / "counter"), help="environment for envreg"
     )
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument(
+        "--no-pin", dest="pin", action="store_false", help="let servers and client share every CPU"
+    )
+    parser.add_argument(
+        "--before", type=Path, metavar="DIR", help="also envreg's lean server from this checkout"
+    )
     parser.add_argument("--rounds", type=int, help="rounds over all servers (default 3; --quick: 1)")
     parser.add_argument("--serve", choices=sorted(SERVE), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -600,12 +633,13 @@ def main() -> None:
     args.local_calls = 2000 if args.quick else 20000
     servers = [
         envreg_server(args.env, fast_path=True),
+        *([envreg_server(args.env, fast_path=True, checkout=args.before)] if args.before else []),
         envreg_server(args.env, fast_path=False),
         child_server("mcp SDK (MCPServer)", "sdk"),
         child_server("fastmcp", "fastmcp"),
         child_server("OpenEnv (WebSocket)", "openenv"),
     ]
-    results = bench_rounds(servers, args.rounds, seq_calls, args.concurrency, conc_calls)
+    results = bench_rounds(servers, args.rounds, seq_calls, args.concurrency, conc_calls, args.pin)
     print_report(results, bench_local(args.env, args.local_calls), args)
 
 

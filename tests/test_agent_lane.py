@@ -30,16 +30,17 @@ AGENT_TOKEN = "agent-t0ken"
 class Served:
     """An environment server's agent plane on a loopback port, its lane in front."""
 
-    def __init__(self, **config) -> None:
+    def __init__(self, keep_alive: int = 5, **config) -> None:
         self.server = EnvServer.build(ServerConfig(env=COUNTER, token="t", agent_token=AGENT_TOKEN, **config))
-        self.lane = AgentLane(self.server.agent, 5, self.server.lease)
+        self.lane = AgentLane(self.server.agent, keep_alive, self.server.lease)
+        self.keep_alive = keep_alive
         self.port = 0
 
     async def __aenter__(self) -> Served:
         agent, _ = self.server.planes()
         # the SDK, which answers what the lean path hands on, on demand
         self._sdk = asyncio.get_running_loop().create_task(self.server.agent.sdk.run())
-        self._served = served(KeepAlive(agent, 5), self.lane)
+        self._served = served(KeepAlive(agent, self.keep_alive), self.lane, self.keep_alive)
         self.port = await self._served.__aenter__()
         return self
 
@@ -151,3 +152,19 @@ async def test_a_head_with_bare_line_feeds_is_answered_not_held() -> None:
         with anyio.fail_after(5):
             [(status, _)] = await read_answers(stream, 1)
         assert served.lane.calls == 0 and status in (200, 400)
+
+
+async def test_an_idle_connection_is_closed_after_the_keep_alive_time_and_a_busy_one_is_not() -> None:
+    async with Served(keep_alive=1) as served, await anyio.connect_tcp("127.0.0.1", served.port) as stream:
+        for rid in range(
+            1, 8
+        ):  # 1.4 s of calls 0.2 s apart: longer than the keep-alive time, never idle as long
+            await stream.send(served.call(rid))
+            [(status, body)] = await read_answers(stream, 1)
+            assert status == 200 and json.loads(body)["id"] == rid
+            await anyio.sleep(0.2)
+        assert served.lane.calls == 7 and served.value == 7
+        idle_from = anyio.current_time() - 0.2
+        with anyio.fail_after(10), pytest.raises(anyio.EndOfStream):
+            await stream.receive()
+        assert anyio.current_time() - idle_from >= 0.95  # closed by the keep-alive time, not before it

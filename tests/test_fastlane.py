@@ -59,13 +59,14 @@ def servers():
 
 
 @asynccontextmanager
-async def served(app: object, path: FastPath) -> AsyncIterator[int]:
+async def served(app: object, path: FastPath, keep_alive: int = 5) -> AsyncIterator[int]:
     """`app` served by uvicorn in the test's loop on a loopback port, `path` in front; yields the port."""
     import uvicorn
 
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, lifespan="off", log_level="warning", http=path.protocol()
-    )  # type: ignore[arg-type]
+        app, host="127.0.0.1", port=0, lifespan="off", log_level="warning", http=path.protocol(),
+        timeout_keep_alive=keep_alive,
+    )  # type: ignore[arg-type]  # fmt: skip
     server = QuietServer(config)
     task = asyncio.get_running_loop().create_task(server.serve())
     while not server.started:

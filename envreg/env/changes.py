@@ -102,10 +102,11 @@ def check_changes(commit: Commit) -> None:
     """Validate the new nodes of `commit`; raises `pydantic.ValidationError` (and leaves the new tree
     unpublished) at the first problem. Normalized values replace what the call stored."""
     root = commit.root
-    new_ids = {id(new) for _, new in commit.nodes()}
+    nodes = commit.nodes()
+    new_ids = {id(new) for _, new in nodes}
     root_fields: set[str] = set()
     entities: list[BaseModel] = []
-    for old, new in commit.nodes():
+    for old, new in nodes:
         if new is root:
             root_fields.update(commit.changed.get(id(old), ()))
         elif isinstance(new, BaseModel):

@@ -37,6 +37,10 @@ class ToolAnnotations:
         }
 
 
+_TEXT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""A value as the text an agent sees: compact JSON, Unicode kept."""
+
+
 @dataclass(slots=True)
 class ToolResult:
     """The outcome of one tool call: a value, or an error message for the agent."""
@@ -56,7 +60,7 @@ class ToolResult:
             return self.error
         if self.rendered is not None:
             return self.rendered
-        return json.dumps(self.value, ensure_ascii=False, separators=(",", ":"))
+        return _TEXT(self.value)
 
     def to_mcp(self) -> dict[str, Any]:
         """The MCP `CallToolResult` wire form."""

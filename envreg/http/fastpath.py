@@ -32,6 +32,15 @@ logger = logging.getLogger("envreg.http")
 MAX_HEAD = 64 * 1024
 LEAVE = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"origin"})
 """Request headers whose requests the fast path leaves to uvicorn."""
+_LEAVE, _HOST, _AUTHORIZATION, _LENGTH, _CONNECTION = range(5)
+_SPECIAL = {
+    b"host": _HOST,
+    b"authorization": _AUTHORIZATION,
+    b"content-length": _LENGTH,
+    b"connection": _CONNECTION,
+    **dict.fromkeys(LEAVE, _LEAVE),
+}
+"""The request headers `parse_head` reads or refuses, by lowercased name."""
 UVICORN_VERIFIED = ((0, 34), (0, 55))
 """The uvicorn releases (minor versions, both included) whose private `HttpToolsProtocol` the fast path
 was tested against; outside them no front uses it."""
@@ -93,22 +102,24 @@ def parse_head(head: bytes) -> Head | None:
         if not sep or not name or name != name.strip():
             return None
         name, value = name.lower(), value.strip(b" \t")
-        if name in LEAVE:
-            return None
-        if name == b"host":
-            if host is not None:
+        special = _SPECIAL.get(name)
+        if special is not None:
+            if special == _LEAVE:
                 return None
-            host = value
-        elif name == b"authorization":
-            if auth is not None:
-                return None
-            auth = value
-        elif name == b"content-length":
-            if length is not None or not value.isdigit():
-                return None
-            length = int(value)
-        elif name == b"connection":
-            keep_alive = b"close" not in value.lower()
+            if special == _HOST:
+                if host is not None:
+                    return None
+                host = value
+            elif special == _AUTHORIZATION:
+                if auth is not None:
+                    return None
+                auth = value
+            elif special == _LENGTH:
+                if length is not None or not value.isdigit():
+                    return None
+                length = int(value)
+            else:
+                keep_alive = b"close" not in value.lower()
         headers.append((name, value))
     if length is None:
         return None
@@ -162,6 +173,25 @@ class FastPath:
         """What answers say of an idle connection's life (uvicorn's `timeout_keep_alive` is its end)."""
         self.hosts: tuple[bytes, ...] = ()
         self.calls = 0
+        self._heads: dict[tuple[int, bytes, bool], bytes] = {}
+        self._defaults: list[tuple[bytes, bytes]] | None = None
+
+    def answer_head(
+        self, status: int, content_type: bytes, keep_alive: bool, defaults: list[tuple[bytes, bytes]]
+    ) -> bytes:
+        """An answer's head up to its Content-Length value, with uvicorn's `defaults` (date, server); kept
+        until uvicorn replaces them (once a second, for the date)."""
+        if defaults is not self._defaults:
+            self._heads.clear()
+            self._defaults = defaults
+        key = (status, content_type, keep_alive)
+        head = self._heads.get(key)
+        if head is None:
+            parts = [STATUS_LINE[status], *(name + b": " + value + b"\r\n" for name, value in defaults)]
+            parts += [b"content-type: ", content_type, b"\r\n"]
+            parts.append(self.keep_alive_header if keep_alive else b"connection: close\r\n")
+            head = self._heads[key] = b"".join([*parts, b"content-length: "])
+        return head
 
     def bind(self, port: int) -> None:
         """Host headers naming this port on a loopback name (what the gateway's fast path accepts)."""
@@ -193,6 +223,7 @@ class FastProtocol(HttpToolsProtocol):
         self._closing = False
         self._taking = False  # inside `_next`: an exchange that finishes at once lets its loop go on
         self._paused = False  # the client reads slower than answers come: take nothing more until it reads
+        self._idle_since: float | None = None  # when the last answer ended, while nothing has come since
         if not self.path.hosts and self.server:
             self.path.bind(self.server[1])  # pyright: ignore[reportArgumentType]
 
@@ -200,7 +231,7 @@ class FastProtocol(HttpToolsProtocol):
         if not self._in_path:
             super().data_received(data)
             return
-        self._unset_keepalive_if_required()
+        self._idle_since = None  # busy: the keep-alive timer leaves the connection open
         self._buffer += data
         self._next()
 
@@ -257,11 +288,8 @@ class FastProtocol(HttpToolsProtocol):
 
     def respond(self, status: int, body: bytes, content_type: bytes, keep_alive: bool) -> None:
         """A whole answer in one write, with uvicorn's own date and server headers."""
-        head = [STATUS_LINE[status]]
-        head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
-        head += [b"content-type: ", content_type, b"\r\ncontent-length: ", b"%d" % len(body), b"\r\n"]
-        head.append(self.path.keep_alive_header if keep_alive else b"connection: close\r\n")
-        self.write(b"".join([*head, b"\r\n", body]))
+        head = self.path.answer_head(status, content_type, keep_alive, self.server_state.default_headers)
+        self.write(b"%b%d\r\n\r\n%b" % (head, len(body), body))
 
     def finished(self, keep_alive: bool) -> None:
         self._exchange = None
@@ -272,14 +300,31 @@ class FastProtocol(HttpToolsProtocol):
         if self._buffer:
             self._next()
         else:
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
+            self._idle()
+
+    def _idle(self) -> None:
+        """Start the keep-alive time: one timer per connection, set again only when it fires early (a
+        timer set and cancelled per request costs as much as parsing the request's head)."""
+        self._idle_since = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
+
+    def _keep_alive_due(self) -> None:
+        self.timeout_keep_alive_task = None
+        since = self._idle_since
+        if not self._in_path or since is None:
+            return  # uvicorn keeps time from here, or a request is under way (its end sets the timer)
+        left = since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self.timeout_keep_alive_task = self.loop.call_later(left, self._keep_alive_due)
+        else:
+            self.timeout_keep_alive_handler()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._exchange is not None:
             self._exchange.abandon()
             self._exchange = None
+        self._unset_keepalive_if_required()
         super().connection_lost(exc)
 
     def shutdown(self) -> None:

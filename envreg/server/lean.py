@@ -35,6 +35,8 @@ INVALID_PARAMS = -32602
 INVALID_PARAMS_STATUS = 400
 """The HTTP status the SDK gives a -32602 error (`mcp.shared.inbound.ERROR_CODE_HTTP_STATUS`)."""
 _B64_SENTINEL = re.compile(rb"^=\?base64\?(?P<payload>.*)\?=$")
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+"""`json.dumps(value, separators=(",", ":"))` without building an encoder per call."""
 
 
 class HostCheck:
@@ -60,7 +62,7 @@ class LeanPath:
         self.host_check = host_check
         self.server_info = {SERVER_INFO_KEY: {"name": env.name, "version": env.version}}
         self._list_result: bytes | None = None
-        self._discover_result = json.dumps(
+        self._discover_result = _compact(
             {
                 "cacheScope": "private",
                 "capabilities": {"tools": {"listChanged": False}},
@@ -68,8 +70,7 @@ class LeanPath:
                 "supportedVersions": [MODERN_VERSION],
                 "ttlMs": 0,
                 "_meta": self.server_info,
-            },
-            separators=(",", ":"),
+            }
         ).encode()
 
     def answer(
@@ -145,7 +146,7 @@ class LeanPath:
             return INVALID_PARAMS_STATUS, _error(rid, INVALID_PARAMS, str(exc))
         result["resultType"] = "complete"
         result["_meta"] = self.server_info
-        return _OK, _envelope(rid, json.dumps(result, separators=(",", ":")).encode())
+        return _OK, _envelope(rid, _compact(result).encode())
 
     def _listing(self, tools: list[dict[str, Any]]) -> bytes:
         result = {
@@ -155,7 +156,7 @@ class LeanPath:
             "ttlMs": 0,
             "_meta": self.server_info,
         }
-        return json.dumps(result, separators=(",", ":")).encode()
+        return _compact(result).encode()
 
 
 def header_name(value: bytes | None) -> str | None:
@@ -178,9 +179,10 @@ def header_name(value: bytes | None) -> str | None:
 
 
 def _envelope(rid: int | str, result: bytes) -> bytes:
-    return b'{"jsonrpc":"2.0","id":' + json.dumps(rid).encode() + b',"result":' + result + b"}"
+    ident = b"%d" % rid if type(rid) is int else _compact(rid).encode()
+    return b'{"jsonrpc":"2.0","id":%b,"result":%b}' % (ident, result)
 
 
 def _error(rid: int | str, code: int, message: str) -> bytes:
     error = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
-    return json.dumps(error, separators=(",", ":")).encode()
+    return _compact(error).encode()
