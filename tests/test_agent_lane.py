@@ -156,9 +156,8 @@ async def test_a_head_with_bare_line_feeds_is_answered_not_held() -> None:
 
 async def test_an_idle_connection_is_closed_after_the_keep_alive_time_and_a_busy_one_is_not() -> None:
     async with Served(keep_alive=1) as served, await anyio.connect_tcp("127.0.0.1", served.port) as stream:
-        for rid in range(
-            1, 8
-        ):  # 1.4 s of calls 0.2 s apart: longer than the keep-alive time, never idle as long
+        # 1.4 s of calls 0.2 s apart: longer than the keep-alive time, never idle as long
+        for rid in range(1, 8):
             await stream.send(served.call(rid))
             [(status, body)] = await read_answers(stream, 1)
             assert status == 200 and json.loads(body)["id"] == rid
