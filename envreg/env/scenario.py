@@ -128,10 +128,7 @@ def state_digest(state: Any, volatile: Iterable[str] = ()) -> str:
 def strip_volatile(state: Any, paths: Iterable[str]) -> Any:
     """A copy of `state` in canonical JSON's data model (`canonical_value`) without the dotted `paths` (``*``
     matches every list item or key)."""
-    data = canonical_value(state)
-    for path in paths:
-        _drop(data, path.split("."))
-    return data
+    return without_volatile(canonical_value(state), paths)
 
 
 def without_volatile(state: Any, paths: Iterable[str]) -> Any:
@@ -159,28 +156,6 @@ def _without(node: Any, parts: list[str]) -> Any:
     else:
         del copy[head]
     return copy
-
-
-def _drop(node: Any, parts: list[str]) -> None:
-    head, rest = parts[0], parts[1:]
-    children: list[Any]
-    if head == "*":
-        children = (
-            list(node.values()) if isinstance(node, dict) else list(node) if isinstance(node, list) else []
-        )
-    elif isinstance(node, dict) and head in node:
-        if not rest:
-            del node[head]
-            return
-        children = [node[head]]
-    else:
-        return
-    if head == "*" and not rest:
-        if isinstance(node, (dict, list)):
-            node.clear()
-        return
-    for child in children:
-        _drop(child, rest)
 
 
 def states_equal(a: Any, b: Any, volatile: Iterable[str] = ()) -> bool:
