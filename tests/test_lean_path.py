@@ -40,6 +40,7 @@ def variants() -> list:
         ("call-no-meta", _drop(call, ["params", "_meta"]), call_headers),
         ("call-arguments-not-object", _with(call, ["params", "arguments"], [1]), call_headers),
         ("call-string-id", _with(call, ["id"], "abc"), call_headers),
+        ("call-unicode-id", _with(call, ["id"], "zé-☃"), call_headers),
         ("call-json-accept-only", call, {**call_headers, "accept": "application/json"}),
         ("call-wildcard-accept", call, {**call_headers, "accept": "*/*"}),
         ("call-sse-accept-only", call, {**call_headers, "accept": "text/event-stream"}),

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from typing import Any
+
+from pydantic_core import from_json, to_json
 
 from envreg.errors import UnknownToolError
 from envreg.http.loopback import LOOPBACK_HOSTS
@@ -35,8 +36,6 @@ INVALID_PARAMS = -32602
 INVALID_PARAMS_STATUS = 400
 """The HTTP status the SDK gives a -32602 error (`mcp.shared.inbound.ERROR_CODE_HTTP_STATUS`)."""
 _B64_SENTINEL = re.compile(rb"^=\?base64\?(?P<payload>.*)\?=$")
-_compact = json.JSONEncoder(separators=(",", ":")).encode
-"""`json.dumps(value, separators=(",", ":"))` without building an encoder per call."""
 
 
 class HostCheck:
@@ -62,7 +61,7 @@ class LeanPath:
         self.host_check = host_check
         self.server_info = {SERVER_INFO_KEY: {"name": env.name, "version": env.version}}
         self._list_result: bytes | None = None
-        self._discover_result = _compact(
+        self._discover_result = to_json(
             {
                 "cacheScope": "private",
                 "capabilities": {"tools": {"listChanged": False}},
@@ -71,7 +70,7 @@ class LeanPath:
                 "ttlMs": 0,
                 "_meta": self.server_info,
             }
-        ).encode()
+        )
 
     def answer(
         self, headers: list[tuple[bytes, bytes]], body: bytes, instance_id: str
@@ -95,8 +94,8 @@ class LeanPath:
         if self.host_check is not None and not self.host_check.allows(h.get(b"host"), h.get(b"origin")):
             return None
         try:
-            msg = json.loads(body)
-        except (ValueError, RecursionError):
+            msg = from_json(body)  # the parser the SDK reads JSON-RPC messages with (pydantic's)
+        except ValueError:
             return None
         if type(msg) is not dict or msg.get("jsonrpc") != "2.0" or len(msg) != 4:
             return None
@@ -146,7 +145,7 @@ class LeanPath:
             return INVALID_PARAMS_STATUS, _error(rid, INVALID_PARAMS, str(exc))
         result["resultType"] = "complete"
         result["_meta"] = self.server_info
-        return _OK, _envelope(rid, _compact(result).encode())
+        return _OK, _envelope(rid, to_json(result))
 
     def _listing(self, tools: list[dict[str, Any]]) -> bytes:
         result = {
@@ -156,7 +155,7 @@ class LeanPath:
             "ttlMs": 0,
             "_meta": self.server_info,
         }
-        return _compact(result).encode()
+        return to_json(result)
 
 
 def header_name(value: bytes | None) -> str | None:
@@ -179,10 +178,10 @@ def header_name(value: bytes | None) -> str | None:
 
 
 def _envelope(rid: int | str, result: bytes) -> bytes:
-    ident = b"%d" % rid if type(rid) is int else _compact(rid).encode()
+    ident = b"%d" % rid if type(rid) is int else to_json(rid)
     return b'{"jsonrpc":"2.0","id":%b,"result":%b}' % (ident, result)
 
 
 def _error(rid: int | str, code: int, message: str) -> bytes:
     error = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
-    return _compact(error).encode()
+    return to_json(error)
