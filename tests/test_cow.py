@@ -10,6 +10,7 @@ import heapq
 import json
 import pickle
 import random
+from typing import Any
 
 import pydantic_core
 import pytest
@@ -350,3 +351,74 @@ def test_a_write_past_the_journal_shows_in_every_fresh_read() -> None:
     assert instance.call_tool("push", {"tag": "a"}).is_error
     assert instance.state.canonical() == cached  # the memo of the committed state
     assert json.loads(instance.state.canonical(cached=False))["tags"] == ["a"]
+
+
+class Dial(EnvState):
+    count: int = 0
+    on: bool = False
+    label: str = ""
+    level: int = Field(default=0, ge=0, le=10)
+    code: str = ""
+    flags: list[bool] = Field(default_factory=list)
+    sizes: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("code")
+    @classmethod
+    def _upper(cls, value: str) -> str:
+        return value.upper()
+
+
+def dial_env() -> Environment:
+    env = Environment("dial", Dial, version="1.0.0")
+
+    @env.tool
+    def put(state: Dial, field: str, value: Any, key: str | None = None) -> Any:
+        """Store a value as it comes, unconverted: in a root field, appended to a list, or under a key.
+
+        Args:
+            field: Which field.
+            value: The value.
+            key: Under this key of a dict field; a list field's value is appended.
+        """
+        if key is not None:
+            getattr(state, field)[key] = value
+        elif isinstance(getattr(state, field), list):
+            getattr(state, field).append(value)
+        else:
+            setattr(state, field, value)
+        return value
+
+    return env
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # the reference dumps the raw value
+@pytest.mark.parametrize(
+    ("arguments", "stored"),
+    [
+        ({"field": "count", "value": 5}, 5),  # bare fields take a value of their own type as it is
+        ({"field": "on", "value": True}, True),
+        ({"field": "label", "value": " x "}, " x "),
+        ({"field": "count", "value": "7"}, 7),  # ... and validate any other: converted, or refused
+        ({"field": "on", "value": 1}, True),
+        ({"field": "count", "value": 1.5}, None),
+        ({"field": "label", "value": 3}, None),
+        ({"field": "level", "value": 4}, 4),  # constraints and validators run on values of the field's type
+        ({"field": "level", "value": 11}, None),
+        ({"field": "code", "value": "ab"}, "AB"),
+        ({"field": "flags", "value": 1}, [True]),  # entries of collections are converted alike
+        ({"field": "sizes", "value": 2, "key": "a"}, {"a": 2.0}),
+    ],
+)
+def test_a_write_is_kept_converted_or_refused_as_a_full_validation_would(arguments, stored) -> None:
+    env = dial_env()
+    instance = env.instance()
+    before = canonical_json(instance.state.to_json())
+    result = instance.call_tool("put", arguments)
+    reference, expected = reference_call(env, env.initial_state(), "put", arguments)
+    assert result.is_error == expected.is_error == (stored is None)
+    if stored is None:
+        assert canonical_json(instance.state.to_json()) == before
+        return
+    value = getattr(instance.state, arguments["field"])
+    assert value == stored and repr(value) == repr(stored)  # True, not 1; 2.0, not 2
+    assert instance.state.canonical() == reference.canonical()

@@ -22,11 +22,13 @@ from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic_core import SchemaValidator
+from pydantic_core import SchemaValidator, to_json
 
 from envreg.env.cow import Commit, TDict, TList, TSet, freeze
 
 _CONTAINERS = {"dict": "values_schema", "list": "items_schema", "set": "items_schema"}
+_BARE = {"int": int, "bool": bool, "str": str}
+"""Core schema types whose bare schema (no constraint, no strictness) takes a value of exactly this type as it is."""
 _TRACKED = (TDict, TList, TSet)
 
 
@@ -76,6 +78,21 @@ class _ModelSchema:
         return {"type": "definitions", "schema": schema, "definitions": self.definitions}
 
     @cache  # noqa: B019 - one per model class, kept for the process
+    def taken_as_is(self, field: str) -> type | None:
+        """The type whose values this field's validation would keep as they are (a bare ``int``, ``bool`` or
+        ``str`` field: no constraint, validator, strictness or string option), or None."""
+        spec = self.fields[field]
+        schema = self._resolve(spec["schema"])
+        if schema["type"] == "default":
+            schema = self._resolve(schema["schema"])
+        kind = _BARE.get(schema["type"])
+        if kind is None or spec.get("frozen") or schema.keys() - {"type", "metadata", "serialization"}:
+            return None
+        if kind is str and any(key.startswith("str_") for key in self.config or {}):
+            return None
+        return kind
+
+    @cache  # noqa: B019 - one per model class, kept for the process
     def items(self, field: str, depth: int) -> tuple[SchemaValidator | None, SchemaValidator | None] | None:
         """(key validator, item validator) for entries `depth` levels down a plain collection field,
         or None when that field must be validated whole (validators, length limits, no plain collection)."""
@@ -118,14 +135,16 @@ def check_changes(commit: Commit) -> None:
     schema = _schema(type(root))
     for field in sorted(root_fields):
         value = root.__dict__[field]
+        if type(value) is schema.taken_as_is(field):
+            continue  # valid as it is: validation would return it unchanged
         if id(value) in new_ids and isinstance(value, _TRACKED) and schema.items(field, 0) is not None:
             continue  # a plain collection: checked entry by entry above
-        before, fields_set = root.__dict__.copy(), root.__pydantic_fields_set__
-        schema.root.validate_assignment(root, field, _dump(value))
+        before, fields_set, dumped = root.__dict__.copy(), root.__pydantic_fields_set__, _dump(value)
+        schema.root.validate_assignment(root, field, dumped)
         validated = root.__dict__[field]
         object.__setattr__(root, "__dict__", before)
         object.__setattr__(root, "__pydantic_fields_set__", fields_set)
-        if validated != value:
+        if not _identical(_dump(validated), dumped):
             root.__dict__[field] = freeze(validated)  # pyright: ignore[reportIndexIssue]
     for entity in entities:
         _check_entity(entity)
@@ -157,7 +176,7 @@ def _check_entries(
         items = [v for v in set.__iter__(new) if v not in old]
         for value in items:
             validated = items_validator.validate_python(_dump(value))  # pyright: ignore[reportOptionalMemberAccess]
-            if validated != value:
+            if not _identical(validated, value):
                 set.discard(new, value)
                 set.add(new, freeze(validated))
         return
@@ -174,8 +193,9 @@ def _check_entries(
             value = list.__getitem__(new, key)  # pyright: ignore[reportArgumentType, reportCallIssue]
         if id(value) in new_ids:
             continue  # a new node itself: checked as its own unit
-        validated = items_validator.validate_python(_dump(value))  # pyright: ignore[reportOptionalMemberAccess]
-        if _dump(validated) != _dump(value):
+        dumped = _dump(value)
+        validated = items_validator.validate_python(dumped)  # pyright: ignore[reportOptionalMemberAccess]
+        if not _identical(_dump(validated), dumped):
             frozen = freeze(validated)
             if type(new) is TDict:
                 dict.__setitem__(new, key, frozen)
@@ -186,10 +206,16 @@ def _check_entries(
 _MISSING: Any = object()
 
 
+def _identical(a: Any, b: Any) -> bool:
+    """Equal, and written alike as JSON: Python's ``1 == 1.0 == True`` would keep a value that validation
+    converted (a ``1`` stored in a ``bool`` field), which JSON writes apart."""
+    return a == b and to_json(a, serialize_unknown=True) == to_json(b, serialize_unknown=True)
+
+
 def _check_entity(entity: BaseModel) -> None:
     """Validate one new model whole, from its dump; store what validation normalized."""
     dumped = entity.model_dump()
     validated = type(entity).model_validate(dumped)
-    if validated.model_dump() != dumped:
+    if not _identical(validated.model_dump(), dumped):
         fresh = freeze(validated)
         object.__setattr__(entity, "__dict__", fresh.__dict__)
