@@ -164,6 +164,8 @@ def header_name(value: bytes | None) -> str | None:
     name that is not plain ASCII so); None for a malformed wrapped value, which matches no name."""
     if value is None:
         return None
+    if not value.startswith(b"=?"):
+        return value.decode("latin-1")
     wrapped = _B64_SENTINEL.fullmatch(value)
     if wrapped is None:
         return value.decode("latin-1")
