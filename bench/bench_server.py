@@ -176,6 +176,7 @@ class Server:
     proc: subprocess.Popen[bytes] | None = None
     log: IO[bytes] | None = None
     env: dict[str, str] | None = None
+    cwd: Path = ROOT
     cpus: set[int] | None = None
     """The CPUs the server may run on (None: any)."""
 
@@ -185,7 +186,7 @@ class Server:
         self.log = tempfile.NamedTemporaryFile(prefix="bench-server-", suffix=".log")  # noqa: SIM115 (closed in stop)
         cpus = self.cpus
         self.proc = subprocess.Popen(
-            self.argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env,
+            self.argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.cwd, env=self.env,
             preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )  # fmt: skip
         wait_port = self.control_port or self.port
@@ -252,8 +253,9 @@ def envreg_server(env: str, fast_path: bool, checkout: Path | None = None) -> Se
     control_port = free_port()
     name = "envreg lean" if fast_path else "envreg SDK path"
     server = Server(f"{name} ({checkout.name})" if checkout else name, [], "mcp", control_port)
-    if checkout is not None:
-        server.env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+    if checkout is not None:  # `python -m` puts its working directory first on sys.path
+        server.cwd = checkout.resolve()
+        server.env = {**os.environ, "PYTHONPATH": str(server.cwd)}
     server.argv = [
         sys.executable, "-m", "envreg.cli.main", "serve-env", env, "--port", str(server.port),
         "--control-port", str(control_port), "--token", TOKEN, *([] if fast_path else ["--no-fast-path"]),
