@@ -32,8 +32,10 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("tool: state transaction, change check", ("Transaction", "check_changes", "Commit", "_field_size")),
     ("tool: the tool's own code", ("Tool.invoke",)),
     ("tool: dispatch, budgets", ("InstanceStore.call_tool", "Instance.call_tool", "Instance._run")),
-    ("request: JSON parse", ("loads (json", "JSONDecoder")),
-    ("request: MCP checks (headers, envelope)", ("LeanPath", "header_name")),
+    (
+        "request: MCP checks (headers, envelope; the JSON read and written by pydantic-core, in C)",
+        ("LeanPath", "header_name"),
+    ),
     (
         "request: route, token, lease",
         ("AgentLane.begin", "instance_id_from_path", "parse_bearer", "tokens_match"),
