@@ -77,9 +77,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Refuse to run when `--dist loadgroup` would not keep a group on one worker (pytest-xdist marks a
-    grouped test by an `@group` suffix of its node id; pytest 9.2 drops it, and nothing else would say so)."""
+    """Refuse to run grouped tests on several workers without `--dist loadgroup` (the tests of a group would
+    run at once: one test's `envreg gc --grace 0` removes what another's killed runtime left), and when
+    `--dist loadgroup` would not keep a group on one worker (pytest-xdist marks a grouped test by an `@group`
+    suffix of its node id; pytest 9.2 drops it, and nothing else would say so)."""
     if not getattr(session.config.option, "loadgroup", False):
+        grouped = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group")]
+        workers = getattr(session.config, "workerinput", {}).get("workercount", 0)  # set on xdist's workers
+        if grouped and workers > 1:
+            raise RuntimeError(
+                f"{len(grouped)} test(s) here share a worker by group ({grouped[0]}, ...): run with --dist "
+                "loadgroup beside -n (as scripts/test does), or on one worker (-n 0)"
+            )
         return
     ungrouped = [
         i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid
