@@ -6,11 +6,13 @@ old one, which was valid. What is new is validated with the state model's own sc
 - every new model below the root (a changed entity, or one on the path to a change) is validated
   whole, from its dump: its fields, its field validators and its model validators;
 - a changed root field is validated with that field's schema (its field validators included), the
-  root's own model validators aside;
+  root's own model validators aside; a bare ``int``, ``bool`` or ``str`` field given a value of exactly
+  that type is valid as it is;
 - a root-level collection (a plain ``dict``/``list``/``set`` field) is validated entry by entry: only
   the entries the call added or replaced, with the item schema.
 
-Values a validator normalizes are stored normalized, as a full revalidation would store them. The
+Values a validator normalizes are stored normalized, as a full revalidation would store them, also
+where Python calls the two equal (``1 == True``). The
 state model's own model validators (whole-state invariants, which read every entity) run when a
 state enters (load, create, reset, a restore of an uploaded snapshot), and after every call when
 the environment asks for ``check_state="full"``.
