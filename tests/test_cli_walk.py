@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -209,6 +210,7 @@ app({args!r}, prog_name="envreg")
         (["fastapi"], ["reward", "serve", "--port", "0"], "server"),
         (["networkx", "torch", "sentence_transformers"], ["synth", "graph", "--out", "g.json"], "synth"),
         (["bfcl_eval"], ["manifest", "--check", "bfcl-math-api"], "bfcl-eval"),
+        (["tau2", "loguru"], ["manifest", "--check", "tau2-airline"], "tau2"),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else v,
 )
@@ -229,6 +231,40 @@ def test_a_missing_extra_names_what_to_install(
     assert (f"envreg[{extra}]" if extra != "bfcl-eval" else "bfcl-requirements.lock") in proc.stderr, (
         proc.stderr
     )
+
+
+def test_build_skips_what_needs_a_missing_extra_unless_it_is_named(cli_env: Path) -> None:
+    """`envreg build` of the whole folder builds what this venv can load and says what it skipped and why (a
+    fresh clone's `scripts/test` and `scripts/demo` have no tau2); an environment named outright is refused."""
+    images = cli_env / "images"
+    for name in ("calendar", "tau2-airline"):
+        shutil.copytree(ROOT / "images" / name, images / name, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def build(*args: str) -> subprocess.CompletedProcess:
+        argv = ["build", "--images-dir", str(images), "--manifests-dir", str(cli_env / "manifests"), *args]
+        return subprocess.run(
+            [sys.executable, "-c", BLOCKER.format(blocked={"tau2", "loguru"}, args=argv)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=cli_env,
+        )
+
+    whole = build()
+    assert "skipped: tau2-airline: its code needs tau2" in whole.stderr, whole.stderr
+    assert "pip install 'envreg[tau2]'" in whole.stderr and "refused" not in whole.stderr, whole.stderr
+    # calendar went on to the build itself, which needs the engine that this test does not have
+    assert whole.returncode == 1 and "scripts/setup-docker" in whole.stderr, whole.stderr
+    assert "Traceback" not in whole.stderr, whole.stderr
+
+    named = build("tau2-airline", "calendar")
+    assert named.returncode == 1 and "nothing was built or tagged" in named.stderr, named.stderr
+    assert "refused: tau2-airline: the environment does not load: it needs tau2" in named.stderr, named.stderr
+    assert "pip install 'envreg[tau2]'" in named.stderr and "setup-docker" not in named.stderr, named.stderr
+
+    shutil.rmtree(images / "calendar")
+    alone = build()
+    assert alone.returncode == 1 and "nothing to build: every environment was skipped" in alone.stderr
 
 
 def test_version_and_completion(cli_env: Path) -> None:

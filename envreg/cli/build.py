@@ -12,9 +12,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from envreg.cli.output import err, fail
+from envreg.cli.output import err, fail, missing_package
 from envreg.protocol import MANIFEST_DIGEST_LABEL
 
 out = Console(emoji=False)
@@ -87,7 +88,10 @@ def _would_move(image: Any) -> str | None:
 def build(
     names: Annotated[
         list[str] | None,
-        typer.Argument(help="Environments to build (default: every one in the images folder)."),
+        typer.Argument(
+            help="Environments to build (default: every one in the images folder that loads here: one whose code "
+            "needs an extra this venv lacks, such as tau2's, is skipped with a note)."
+        ),
     ] = None,
     images_dir: Annotated[
         Path | None,
@@ -175,12 +179,18 @@ def build(
     # 1. every manifest must be sound before anything is built or tagged
     envs: list[tuple[EnvImage, Path, Path]] = []
     refused: list[str] = []
+    skipped: list[str] = []
     for ref in refs:
         try:
             env = manifest_of(ref)  # generated from the code; a foreign folder's in a container sandbox
             folder = resolve_folder(ref)
         except Exception as exc:
-            refused.append(f"{ref}: the environment does not load: {exc}")
+            needs = missing_package(exc) if isinstance(exc, ModuleNotFoundError) else None
+            if needs and not names:  # the whole catalog was asked for: build what this venv can generate
+                skipped.append(f"{ref}: its code needs {needs[0]} here ({needs[1]})")
+            else:
+                reason = f"it needs {needs[0]} ({needs[1]})" if needs else str(exc)
+                refused.append(f"{ref}: the environment does not load: {reason}")
             continue
         path = manifest_path(env.name, mdir)
         if path.is_file():
@@ -210,10 +220,16 @@ def build(
             refused.append(moved)
             continue
         envs.append((image, folder, path))
+    for line in skipped:
+        err.print(f"[yellow]skipped:[/] {escape(line)}")
     if refused:
         for r in refused:
-            err.print(f"[red]refused:[/] {r}")
+            err.print(f"[red]refused:[/] {escape(r)}")
         raise fail("nothing was built or tagged", "fix what each `refused:` line says, then build again")
+    if not envs:
+        raise fail(
+            "nothing to build: every environment was skipped", "install what each `skipped:` line names"
+        )
     if print_only:
         _print_bake(p, [e for e, _, _ in envs])
         return

@@ -40,6 +40,7 @@ EXTRAS = {
     "datasets": "synth",
     "openai": "synth",
     "ray": "ray",
+    "tau2": "tau2",
 }
 
 
@@ -63,22 +64,25 @@ def fail(message: str, hint: str | None = None, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def missing_extra(exc: ModuleNotFoundError) -> tuple[str, str] | None:
-    """(message, hint) for a missing module that an extra of envreg (or bfcl-eval) brings, else None."""
+def missing_package(exc: ModuleNotFoundError) -> tuple[str, str] | None:
+    """(what is missing, how to install it) for a module that an extra of envreg (or bfcl-eval) brings, else None."""
     top = (exc.name or "").split(".")[0]
     if top == "bfcl_eval":
         return (
-            f"`{command_path()}` needs bfcl-eval, which is not installed",
+            "bfcl-eval, which is not installed",
             "pip install --no-deps --require-hashes -r images/base/bfcl-requirements.lock "
             "(bfcl-eval and mpmath; its own dependency set pulls torch)",
         )
     extra = EXTRAS.get(top)
     if extra is None:
         return None
-    return (
-        f"`{command_path()}` needs {top}, which the {extra} extra brings and is not installed",
-        f"pip install 'envreg[{extra}]'",
-    )
+    return f"{top}, which the {extra} extra brings and is not installed", f"pip install 'envreg[{extra}]'"
+
+
+def missing_extra(exc: ModuleNotFoundError) -> tuple[str, str] | None:
+    """(message, hint) for the running command when it misses a module that an extra brings, else None."""
+    found = missing_package(exc)
+    return None if found is None else (f"`{command_path()}` needs {found[0]}", found[1])
 
 
 def print_json(data: Any) -> None:
