@@ -3,6 +3,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,24 @@ def installed(*modules: str) -> bool:
     """Whether every one of `modules` is installed, found without importing it: each xdist worker collects
     every test module, and importing torch, sentence-transformers or verl there costs seconds per worker."""
     return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+_WITHOUT = """
+import sys
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Missing())
+from envreg.cli.main import app
+app({args!r}, prog_name="envreg")
+"""
+
+
+def envreg_without(blocked: set[str], args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """`envreg ARGS` in a new process where importing a module of `blocked` fails, as in a venv without them."""
+    code = _WITHOUT.format(blocked=blocked, args=args)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, **kwargs)
 
 
 def bfcl_entries(categories: tuple[str, ...] | None = None) -> list:

@@ -12,11 +12,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import typer
+from conftest import envreg_without
 from typer.testing import CliRunner
 
+from envreg.cli.errors import rendered
 from envreg.cli.main import COMMANDS, app, load_command
+from envreg.errors import SandboxGone
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = {("serve",), ("serve-env",), ("registry", "serve"), ("reward", "serve")}
@@ -191,18 +195,6 @@ def test_named_failures_say_what_and_how(args: list[str], cli_env: Path) -> None
     assert result.exit_code not in (0, None), result.output
 
 
-BLOCKER = """
-import sys
-class Missing:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {blocked!r}:
-            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-sys.meta_path.insert(0, Missing())
-from envreg.cli.main import app
-app({args!r}, prog_name="envreg")
-"""
-
-
 @pytest.mark.parametrize(
     ("blocked", "args", "extra"),
     [
@@ -217,13 +209,8 @@ app({args!r}, prog_name="envreg")
 def test_a_missing_extra_names_what_to_install(
     blocked: list[str], args: list[str], extra: str, cli_env: Path
 ) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", BLOCKER.format(blocked=set(blocked), args=args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "ENVREG_IMAGES": str(ROOT / "images")},
-        cwd=cli_env,
+    proc = envreg_without(
+        set(blocked), args, env={**os.environ, "ENVREG_IMAGES": str(ROOT / "images")}, cwd=cli_env
     )
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -231,6 +218,34 @@ def test_a_missing_extra_names_what_to_install(
     assert (f"envreg[{extra}]" if extra != "bfcl-eval" else "bfcl-requirements.lock") in proc.stderr, (
         proc.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("raised", "shown"),
+    [
+        (ModuleNotFoundError("No module named 'tau2'", name="tau2"), "pip install 'envreg[tau2]'"),
+        (SandboxGone("sandbox sb_1 is gone", "open a new one"), "open a new one"),
+    ],
+    ids=["missing-extra", "envreg-error"],
+)
+def test_a_task_groups_only_error_is_rendered_as_itself(
+    raised: Exception, shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An error raised in a task (synthesis and replays run their sandboxes in task groups) reaches the command's
+    end wrapped in an ExceptionGroup: it is reported as itself, not as "unexpected ExceptionGroup"."""
+
+    async def fails() -> None:
+        raise raised
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(fails)
+
+    with pytest.raises(typer.Exit) as ended, rendered():
+        anyio.run(main)
+    assert ended.value.exit_code == 1
+    stderr = capsys.readouterr().err
+    assert shown in stderr and "ExceptionGroup" not in stderr, stderr
 
 
 def test_build_skips_what_needs_a_missing_extra_unless_it_is_named(cli_env: Path) -> None:
@@ -242,13 +257,7 @@ def test_build_skips_what_needs_a_missing_extra_unless_it_is_named(cli_env: Path
 
     def build(*args: str) -> subprocess.CompletedProcess:
         argv = ["build", "--images-dir", str(images), "--manifests-dir", str(cli_env / "manifests"), *args]
-        return subprocess.run(
-            [sys.executable, "-c", BLOCKER.format(blocked={"tau2", "loguru"}, args=argv)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=cli_env,
-        )
+        return envreg_without({"tau2", "loguru"}, argv, cwd=cli_env)
 
     whole = build()
     assert "skipped: tau2-airline: its code needs tau2" in whole.stderr, whole.stderr

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import anyio
 import pyarrow.parquet as pq
 import pytest
+from conftest import envreg_without
 from synth_helpers import CACHE, MANIFESTS, catalog_graph, manifests_by_name
 from typer.testing import CliRunner
 
@@ -365,3 +367,27 @@ def test_cli_run_replay_export(tmp_path, monkeypatch) -> None:
     assert junk.exit_code == 1 and "junk.jsonl:1" in junk.output
     bad_tier = runner.invoke(app, ["synth", "run", "--isolation", "vm"])
     assert bad_tier.exit_code == 2 and "--isolation" in bad_tier.output
+
+
+def test_a_local_run_leaves_out_what_needs_a_missing_extra_and_refuses_it_by_name(tmp_path) -> None:
+    """Without tau2 installed, a local run over the catalog samples from the other environments and says which it
+    left out and why (before, a chain that drew a tau2 environment ended the run in an ExceptionGroup); an
+    environment asked for by name is refused with what to install."""
+    graph = tmp_path / "graph.json"
+    catalog_graph().save(graph)
+    args = ["synth", "run", "-n", "3", "--seed", "2", "--graph", str(graph), "--manifests", str(MANIFESTS)]
+    args += ["--format", "trajectories", "-o", str(tmp_path / "out"), "--json"]
+    env = {**os.environ, "ENVREG_CACHE": str(CACHE)}
+    whole = envreg_without({"tau2", "loguru"}, args, env=env)
+    assert whole.returncode == 0, whole.stderr
+    assert "skipped: tau2-airline: its code needs tau2" in whole.stderr and "envreg[tau2]" in whole.stderr
+    report = json.loads(whole.stdout)
+    assert sorted(report["left_out"]) == ["tau2-airline", "tau2-retail", "tau2-telecom"]
+    assert report["trajectories"] == 3
+    drawn = {e.name for t in read_trajectories(tmp_path / "out" / "trajectories.jsonl") for e in t.envs}
+    assert drawn and not {e for e in drawn if e.startswith("tau2-")}
+
+    named = envreg_without({"tau2", "loguru"}, [*args, "--env", "tau2-airline"], env=env)
+    assert named.returncode == 1, named.stderr
+    assert "tau2-airline cannot run on the local tier here" in named.stderr, named.stderr
+    assert "envreg[tau2]" in named.stderr and "Traceback" not in named.stderr, named.stderr

@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from envreg.cli.output import err, fail, missing_package
+from envreg.cli.output import err, fail
+from envreg.extras import missing_package
 from envreg.protocol import MANIFEST_DIGEST_LABEL
 
 out = Console(emoji=False)

@@ -1,7 +1,7 @@
 """How the root group ends a command that failed: `error:` + `hint:` on stderr, never a traceback.
 
 `rendered()` wraps every command: an `EnvregError` prints its message and hint (exit 1), a missing optional
-dependency names the extra to install (exit 1), a click usage error says what was wrong and where the help is
+dependency names the extra to install (exit 1), either also when it is a task group's only error, a click usage error says what was wrong and where the help is
 (exit 2), and anything else is reported as a bug with how to see its traceback (`ENVREG_DEBUG=1`, exit 1).
 """
 
@@ -42,21 +42,27 @@ def rendered() -> Iterator[None]:
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as git and click do
         _stdout_closed()
         raise typer.Exit(1) from None
-    except EnvregError as exc:
-        if _debug():
-            raise
-        raise fail(exc.message, exc.hint) from None
-    except ModuleNotFoundError as exc:
-        if _debug() or (found := missing_extra(exc)) is None:
-            raise
-        raise fail(*found) from None
     except Exception as exc:
         if _debug():
             raise
+        leaf = _only_error(exc)
+        if isinstance(leaf, EnvregError):
+            raise fail(leaf.message, leaf.hint) from None
+        if isinstance(leaf, ModuleNotFoundError):
+            if (found := missing_extra(leaf)) is None:
+                raise
+            raise fail(*found) from None
         raise fail(
-            f"unexpected {type(exc).__name__}: {exc}",
+            f"unexpected {type(leaf).__name__}: {leaf}",
             "this is a bug in envreg: run it again with ENVREG_DEBUG=1 for the traceback, and report it",
         ) from None
+
+
+def _only_error(exc: BaseException) -> BaseException:
+    """The one error inside a task group's exception group (nested or not), else `exc` itself."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def run_standalone(main: Callable[[], Any]) -> NoReturn:

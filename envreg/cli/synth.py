@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from envreg.cli.output import JsonOpt, fail, print_json
@@ -322,6 +323,8 @@ def run_cmd(
                         stats["skipped"] += 1
                     progress.update(task, note=f"{stats['skipped']} chains skipped")
 
+                for env_name, why in synth.left_out.items():
+                    err.print(f"[yellow]skipped:[/] {escape(env_name)}: {escape(why)}")
                 started = time.perf_counter()
                 result = await synth.run(n, concurrency=concurrency, on_result=on_result)
                 return result, synth, time.perf_counter() - started
@@ -349,6 +352,7 @@ def run_cmd(
                 "calls": calls,
                 "seconds": round(seconds, 2),
                 "skipped": dict(result.skipped),
+                "left_out": synth.left_out,
                 "rejected_turns": dict(result.rejections) if llm is not None else None,
                 "written": {name: str(path) for name, path in written.items()},
             }

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
 from envreg.canonical import canonical_json, sha256_hex
-from envreg.env import states_equal
+from envreg.env import load_environment, states_equal
+from envreg.extras import missing_package
 from envreg.reward.answer import answer_facts
 from envreg.synth.graph import ToolGraph
 from envreg.synth.query import template_answer, template_query
@@ -27,6 +28,20 @@ from envreg.synth.records import EnvRef, ExecutedCall, Trajectory, Turn
 from envreg.synth.sample import Chain, TopologySampler
 from envreg.synth.seeds import SeedPool
 from envreg.synth.values import ArgumentFiller
+
+
+def needing_an_extra(envs: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """The environments whose code needs an extra this venv lacks: (what is missing, how to install it)."""
+    missing: dict[str, tuple[str, str]] = {}
+    for env in envs:
+        try:
+            load_environment(env)
+        except ModuleNotFoundError as exc:
+            if (needs := missing_package(exc)) is not None:
+                missing[env] = needs
+        except Exception:
+            pass  # known only as an image, or broken: its sandbox says so when a chain needs it
+    return missing
 
 
 def chain_seed(seed: int, index: int) -> int:
@@ -102,6 +117,23 @@ class Synthesizer:
             raise ValueError(
                 "initial must be 'seed' or 'mixed' (the seed state and the scenarios' initial states)"
             )
+        self.left_out: dict[str, str] = {}
+        """The graph's environments this run leaves out, and why: on the local tier, those whose code needs an
+        extra this venv lacks (tau2's without `envreg[tau2]`; their images carry it)."""
+        if isolation == "local" and (missing := needing_an_extra(graph.envs() if envs is None else envs)):
+            if envs is not None:
+                env, (what, how) = next(iter(missing.items()))
+                raise ValueError(
+                    f"{env} cannot run on the local tier here: its code needs {what} ({how}, or run it on the "
+                    "instance or container tier: its image carries it)"
+                )
+            self.left_out = {env: f"its code needs {what} ({how})" for env, (what, how) in missing.items()}
+            envs = [env for env in graph.envs() if env not in missing]
+            if not envs:
+                raise ValueError(
+                    "no environment of the graph runs on the local tier here: "
+                    + "; ".join(f"{env}: {why}" for env, why in self.left_out.items())
+                )
         self.rt = rt
         self.graph = graph
         self.isolation = isolation
@@ -134,7 +166,7 @@ class Synthesizer:
             options: list[tuple[str, dict[str, Any] | None]] = [("seed", None)]
             volatile: list[str] = []
             try:
-                from envreg.env import load_environment, load_scenarios
+                from envreg.env import load_scenarios
 
                 environment = load_environment(env)
                 volatile = list(environment.volatile)
