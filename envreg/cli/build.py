@@ -188,7 +188,7 @@ def build(
         except Exception as exc:
             needs = missing_package(exc) if isinstance(exc, ModuleNotFoundError) else None
             if needs and not names:  # the whole catalog was asked for: build what this venv can generate
-                skipped.append(f"{ref}: its code needs {needs[0]} here ({needs[1]})")
+                skipped.append(f"{ref}: its code needs {needs[0]} ({needs[1]})")
             else:
                 reason = f"it needs {needs[0]} ({needs[1]})" if needs else str(exc)
                 refused.append(f"{ref}: the environment does not load: {reason}")

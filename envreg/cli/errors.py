@@ -1,8 +1,9 @@
 """How the root group ends a command that failed: `error:` + `hint:` on stderr, never a traceback.
 
 `rendered()` wraps every command: an `EnvregError` prints its message and hint (exit 1), a missing optional
-dependency names the extra to install (exit 1), either also when it is a task group's only error, a click usage error says what was wrong and where the help is
-(exit 2), and anything else is reported as a bug with how to see its traceback (`ENVREG_DEBUG=1`, exit 1).
+dependency names the extra to install (exit 1), either of them also as a task group's only error; a click usage
+error says what was wrong and where the help is (exit 2), and anything else is reported as a bug with how to
+see its traceback (`ENVREG_DEBUG=1`, exit 1).
 """
 
 from __future__ import annotations

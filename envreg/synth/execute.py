@@ -30,7 +30,7 @@ from envreg.synth.seeds import SeedPool
 from envreg.synth.values import ArgumentFiller
 
 
-def needing_an_extra(envs: Iterable[str]) -> dict[str, tuple[str, str]]:
+def _needing_an_extra(envs: Iterable[str]) -> dict[str, tuple[str, str]]:
     """The environments whose code needs an extra this venv lacks: (what is missing, how to install it)."""
     missing: dict[str, tuple[str, str]] = {}
     for env in envs:
@@ -120,7 +120,7 @@ class Synthesizer:
         self.left_out: dict[str, str] = {}
         """The graph's environments this run leaves out, and why: on the local tier, those whose code needs an
         extra this venv lacks (tau2's without `envreg[tau2]`; their images carry it)."""
-        if isolation == "local" and (missing := needing_an_extra(graph.envs() if envs is None else envs)):
+        if isolation == "local" and (missing := _needing_an_extra(graph.envs() if envs is None else envs)):
             if envs is not None:
                 env, (what, how) = next(iter(missing.items()))
                 raise ValueError(
