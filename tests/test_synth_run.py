@@ -369,10 +369,10 @@ def test_cli_run_replay_export(tmp_path, monkeypatch) -> None:
     assert bad_tier.exit_code == 2 and "--isolation" in bad_tier.output
 
 
-def test_a_local_run_leaves_out_what_needs_a_missing_extra_and_refuses_it_by_name(tmp_path) -> None:
-    """Without tau2 installed, a local run over the catalog samples from the other environments and says which it
-    left out and why (before, a chain that drew a tau2 environment ended the run in an ExceptionGroup); an
-    environment asked for by name is refused with what to install."""
+def test_a_run_leaves_out_what_needs_a_missing_extra_and_refuses_it_by_name(tmp_path) -> None:
+    """Without tau2 installed, a run over the catalog samples from the other environments and says which it left
+    out and why (before, a chain that drew a tau2 environment ended the run in an ExceptionGroup); an environment
+    asked for by name is refused with what to install, on any tier (the run reads its scenarios on the host)."""
     graph = tmp_path / "graph.json"
     catalog_graph().save(graph)
     args = ["synth", "run", "-n", "3", "--seed", "2", "--graph", str(graph), "--manifests", str(MANIFESTS)]
@@ -387,7 +387,10 @@ def test_a_local_run_leaves_out_what_needs_a_missing_extra_and_refuses_it_by_nam
     drawn = {e.name for t in read_trajectories(tmp_path / "out" / "trajectories.jsonl") for e in t.envs}
     assert drawn and not {e for e in drawn if e.startswith("tau2-")}
 
-    named = envreg_without({"tau2", "loguru"}, [*args, "--env", "tau2-airline"], env=env)
-    assert named.returncode == 1, named.stderr
-    assert "tau2-airline cannot run on the local tier here" in named.stderr, named.stderr
-    assert "envreg[tau2]" in named.stderr and "Traceback" not in named.stderr, named.stderr
+    for tier in ("local", "container"):
+        named = envreg_without(
+            {"tau2", "loguru"}, [*args, "--env", "tau2-airline", "--isolation", tier], env=env
+        )
+        assert named.returncode == 1, named.stderr
+        assert "tau2-airline cannot be synthesized here: its code needs tau2" in named.stderr, named.stderr
+        assert "envreg[tau2]" in named.stderr and "Traceback" not in named.stderr, named.stderr

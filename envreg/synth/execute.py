@@ -118,20 +118,18 @@ class Synthesizer:
                 "initial must be 'seed' or 'mixed' (the seed state and the scenarios' initial states)"
             )
         self.left_out: dict[str, str] = {}
-        """The graph's environments this run leaves out, and why: on the local tier, those whose code needs an
-        extra this venv lacks (tau2's without `envreg[tau2]`; their images carry it)."""
-        if isolation == "local" and (missing := _needing_an_extra(graph.envs() if envs is None else envs)):
+        """The graph's environments this run leaves out, and why: those whose code needs an extra this venv lacks
+        (tau2's without `envreg[tau2]`). On every tier: the run reads each one's scenarios and volatile paths
+        from its code, here."""
+        if missing := _needing_an_extra(graph.envs() if envs is None else envs):
             if envs is not None:
                 env, (what, how) = next(iter(missing.items()))
-                raise ValueError(
-                    f"{env} cannot run on the local tier here: its code needs {what} ({how}, or run it on the "
-                    "instance or container tier: its image carries it)"
-                )
+                raise ValueError(f"{env} cannot be synthesized here: its code needs {what} ({how})")
             self.left_out = {env: f"its code needs {what} ({how})" for env, (what, how) in missing.items()}
             envs = [env for env in graph.envs() if env not in missing]
             if not envs:
                 raise ValueError(
-                    "no environment of the graph runs on the local tier here: "
+                    "no environment of the graph can be synthesized here: "
                     + "; ".join(f"{env}: {why}" for env, why in self.left_out.items())
                 )
         self.rt = rt
