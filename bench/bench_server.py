@@ -443,13 +443,12 @@ async def bench_server(server: Server, seq_calls: int, conc: int, conc_calls: in
 
 
 def bench_rounds(
-    servers: list[Server], rounds: int, seq_calls: int, conc: int, conc_calls: int, pin: bool = True
+    servers: list[Server], rounds: int, seq_calls: int, conc: int, conc_calls: int, pin: bool
 ) -> list[Result]:
     """Every server measured once per round, round r starting at server r (a rotation of the order);
-    `pin`: the servers on CPU 0, this client on CPU 1 (when there are 2 CPUs or more)."""
+    `pin`: the servers on the first CPU this process may use, this client on the second."""
     import uvloop
 
-    pin = pin and len(os.sched_getaffinity(0)) >= 2
     cpus = sorted(os.sched_getaffinity(0))
     up = []
     for server in servers:
@@ -578,7 +577,7 @@ def print_report(results: list[Result], local: list[tuple[str, float]], args: ar
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     where = (
         "the servers on CPU 0, the client on CPU 1"
-        if args.pin and os.cpu_count() >= 2  # pyright: ignore[reportOptionalOperand]
+        if args.pin
         else f"the servers share this machine's {os.cpu_count()} CPUs with it"
     )
     console.print(
@@ -641,6 +640,7 @@ def main() -> None:
         child_server("fastmcp", "fastmcp"),
         child_server("OpenEnv (WebSocket)", "openenv"),
     ]
+    args.pin = args.pin and len(os.sched_getaffinity(0)) >= 2  # pinning needs a CPU each
     results = bench_rounds(servers, args.rounds, seq_calls, args.concurrency, conc_calls, args.pin)
     print_report(results, bench_local(args.env, args.local_calls), args)
 
