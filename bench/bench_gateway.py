@@ -39,7 +39,7 @@ class Route:
 async def serve(app: object, http: object | None = None) -> tuple[object, int]:
     import uvicorn
 
-    from envreg.runtime.gateway import QuietServer
+    from envreg.http.serving import QuietServer
 
     config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning", access_log=False,
                             **({"http": http} if http else {}))  # fmt: skip

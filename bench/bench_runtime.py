@@ -274,7 +274,8 @@ async def asgi_gateway(rt: Any) -> tuple[Any, int]:
     """The gateway as every call went through it before the fast lane: the ASGI app alone, same lookups."""
     import uvicorn
 
-    from envreg.runtime.gateway import Gateway, QuietServer
+    from envreg.http.serving import QuietServer
+    from envreg.runtime.gateway import Gateway
 
     config = uvicorn.Config(Gateway(rt.get, rt._http), host="127.0.0.1", port=0, lifespan="off",
                             log_level="warning", access_log=False)  # fmt: skip

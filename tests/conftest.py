@@ -21,7 +21,7 @@ IMAGE_ENVS = sorted(p.parent.name for p in (ROOT / "images").glob("*/env.py"))
 # (MBs; tests/test_adapters_tau2.py replays them, `envreg validate --all` checks their images)
 REFERENCE_ENVS = [name for name in IMAGE_ENVS if not name.startswith("tau2-")]
 
-from servers import EnvServerProcess  # noqa: E402
+from servers import EnvServerProcess, stop_all  # noqa: E402
 
 # Scale tests carry `@pytest.mark.slow`: `scripts/test --full` (CI, ENVREG_TEST_FULL=1) runs them at full size,
 # the default `scripts/test` at the smaller size each names, `scripts/test --fast` not at all.
@@ -153,8 +153,7 @@ def env_server() -> Iterator[callable]:
         return started[key]
 
     yield get
-    for server in started.values():
-        server.stop()
+    stop_all(started.values())
 
 
 @pytest.fixture(scope="session")

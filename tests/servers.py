@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,12 +107,7 @@ class EnvServerProcess:
         raise RuntimeError(f"the environment server did not come up within {START_S} s")
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_all([self])
 
     def new_instance(self, state: dict[str, Any] | None = None) -> str:
         body = {"state": state} if state is not None else {}
@@ -157,3 +153,16 @@ def modern_request(
     if method == "tools/call":
         headers["mcp-name"] = params["name"]
     return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}, headers
+
+
+def stop_all(servers: Iterable[EnvServerProcess]) -> None:
+    """Stop servers at once: each is told before any is waited for (a server takes a tick and a grace to end)."""
+    running = [s.proc for s in servers if s.proc and s.proc.poll() is None]
+    for proc in running:
+        proc.terminate()
+    for proc in running:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

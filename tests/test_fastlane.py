@@ -21,16 +21,17 @@ import httpx2
 import pytest
 from conftest import COUNTER
 from mcp_helpers import ERAS, caller, mcp_client
-from servers import EnvServerProcess, modern_request
+from servers import EnvServerProcess, modern_request, stop_all
 
 from envreg.env import load_scenarios
 from envreg.env.loader import load_environment
 from envreg.env.scenario import run_steps
 from envreg.http.client import request as http_request
 from envreg.http.fastpath import FastPath
+from envreg.http.serving import QuietServer
 from envreg.runtime.backends.base import Upstream
 from envreg.runtime.fastlane import Lane
-from envreg.runtime.gateway import Gateway, QuietServer
+from envreg.runtime.gateway import Gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -54,8 +55,7 @@ def servers():
         for name in (COUNTER, "calendar")
     }
     yield token, started
-    for server in started.values():
-        server.stop()
+    stop_all(started.values())
 
 
 @asynccontextmanager

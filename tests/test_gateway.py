@@ -15,8 +15,9 @@ from mcp_helpers import mcp_client
 
 from envreg.errors import UpstreamTimeout
 from envreg.http.access import AccessGuard
+from envreg.http.serving import QuietServer
 from envreg.runtime import Runtime
-from envreg.runtime.gateway import Gateway, QuietServer
+from envreg.runtime.gateway import Gateway
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 

@@ -27,12 +27,12 @@ from envreg.errors import (
     UnknownToolError,
     UpstreamError,
 )
+from envreg.http.serving import QuietServer
 from envreg.runtime import Runtime
 from envreg.runtime.backends.base import EnvSpec, Server
 from envreg.runtime.backends.ray_node import decode_error, encode_error
 from envreg.runtime.backends.ray_proxy import NodeProxy, server_path
 from envreg.runtime.client import EnvClient
-from envreg.runtime.gateway import QuietServer
 
 pytestmark = pytest.mark.anyio
 SECRET = "runtime-secret"

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from conftest import COUNTER
-from servers import EnvServerProcess
+from servers import EnvServerProcess, stop_all
 
 from envreg.canonical import canonical_json
 from envreg.env import load_environment
@@ -34,8 +34,7 @@ def call(server: EnvServerProcess, instance_id: str, tool: str, arguments: dict)
 def two_banks():
     servers = [EnvServerProcess("bank").start(), EnvServerProcess("bank").start()]
     yield servers
-    for server in servers:
-        server.stop()
+    stop_all(servers)
 
 
 def test_a_snapshot_is_kept_by_hash_and_moves_to_another_server_once(two_banks) -> None:

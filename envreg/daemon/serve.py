@@ -23,9 +23,9 @@ from envreg.config import envreg_home
 from envreg.http.asgi import KeepAlive
 from envreg.http.client import async_client
 from envreg.http.fastpath import verified
+from envreg.http.serving import QuietServer
 from envreg.protocol import KEEP_ALIVE_GRACE, KEEP_ALIVE_SECONDS
 from envreg.runtime.fastlane import Lane
-from envreg.runtime.gateway import QuietServer
 from envreg.server.listen import listen
 
 logger = logging.getLogger("envreg.daemon")

@@ -7,13 +7,11 @@ gateway shuts down, so an environment server never holds a stream nobody reads.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import anyio
 import httpx2
-import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from envreg.errors import UpstreamError, UpstreamTimeout
@@ -275,11 +273,3 @@ class Gateway:
     async def aclose(self) -> None:
         self.end_streams()
         await self.upstream.aclose()
-
-
-class QuietServer(uvicorn.Server):
-    """A uvicorn server that leaves the host process's signal handlers alone (it is embedded)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield

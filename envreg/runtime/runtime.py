@@ -314,8 +314,9 @@ class Runtime:
         from envreg.http.access import AccessGuard
         from envreg.http.asgi import KeepAlive
         from envreg.http.fastpath import verified
+        from envreg.http.serving import QuietServer
         from envreg.runtime.fastlane import Lane
-        from envreg.runtime.gateway import Gateway, QuietServer
+        from envreg.runtime.gateway import Gateway
 
         assert self._http is not None
         gateway = self._gateway = Gateway(self.get, self._http, ended=self.ended_reason)

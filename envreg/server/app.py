@@ -14,6 +14,7 @@ import anyio
 from envreg.env import Environment, load_environment
 from envreg.http.asgi import KeepAlive
 from envreg.http.loopback import is_loopback
+from envreg.http.serving import QuietServer, SignalStop
 from envreg.protocol import (
     AGENT_PORT,
     CONTROL_PORT,
@@ -145,8 +146,10 @@ async def serve_async(
     sockets: Sequence[socket.socket],
     ready: anyio.Event | None = None,
     env: Environment | None = None,
+    stop: SignalStop | None = None,
 ) -> None:
-    """Serve both planes on `sockets` (agent then control, listening) until told to stop."""
+    """Serve both planes on `sockets` (agent then control, listening) until cancelled, or until `stop`
+    catches a signal (both planes then stop at once). Embedded (no `stop`), it leaves signals to its host."""
     import uvicorn
 
     from envreg.http.fastpath import verified
@@ -168,13 +171,16 @@ async def serve_async(
     lane = {}
     if server.agent.lean is not None and verified("environment server"):
         lane = {"http": AgentLane(server.agent, KEEP_ALIVE_SECONDS, server.lease).protocol()}
-    agent = uvicorn.Server(
+    agent = QuietServer(
         uvicorn.Config(KeepAlive(agent_plane, KEEP_ALIVE_SECONDS), port=config.port, **common, **lane)
     )
-    control = uvicorn.Server(
+    control = QuietServer(
         uvicorn.Config(KeepAlive(control_plane, KEEP_ALIVE_SECONDS), port=config.control_port, **common)
     )
     servers = (agent, control)
+    if stop is not None:
+        for s in servers:
+            stop.add(s)
 
     async def run(s: uvicorn.Server, sock: socket.socket) -> None:
         try:
@@ -221,15 +227,16 @@ def serve(
 
     sockets = sockets or listen_all(config.host, (config.port, config.control_port))
 
-    async def main() -> None:
+    async def main(stop: SignalStop) -> None:
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(serve_async, config, sockets, ready, env)
+            tg.start_soon(serve_async, config, sockets, ready, env, stop)
             await ready.wait()
             if on_ready is not None:
                 on_ready()
 
-    anyio.run(main, backend="asyncio", backend_options=backend_options)
+    with SignalStop() as stop:
+        anyio.run(main, stop, backend="asyncio", backend_options=backend_options)
 
 
 __all__ = ["EnvServer", "ServerConfig", "serve", "serve_async"]

@@ -90,7 +90,7 @@ class NodeAgent:
         import ray
         import uvicorn
 
-        from envreg.runtime.gateway import QuietServer
+        from envreg.http.serving import QuietServer
 
         self.http = async_client(
             timeout=httpx2.Timeout(30.0, connect=2.0),
