@@ -9,12 +9,13 @@ import sys
 import textwrap
 import threading
 
+import anyio
 import pytest
 import uvicorn
 from conftest import COUNTER
 from servers import EnvServerProcess
 
-from envreg.http.serving import SIGNALS, SignalStop
+from envreg.http.serving import SIGNALS, QuietServer, SignalStop
 
 needs_main_thread = pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(), reason="signal handlers are the main thread's"
@@ -66,6 +67,35 @@ def test_a_stop_that_ends_by_an_exception_raises_no_signal_again() -> None:
         assert received == []
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.anyio
+async def test_an_idle_server_sleeps_and_is_woken_when_told_to_exit() -> None:
+    """It ticks once a second, not ten times (its Date header's work each time), and ends when told to
+    even in the middle of an hour's sleep: from another thread, as a signal handler tells it."""
+
+    async def app(scope: dict, receive: object, send: object) -> None:
+        raise AssertionError("no request is made")
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
+    server = QuietServer(config)
+    server.tick_seconds = 3600
+    ticks: list[int] = []
+    on_tick = server.on_tick
+
+    async def counting(counter: int) -> bool:
+        ticks.append(counter)
+        return await on_tick(counter)
+
+    server.on_tick = counting  # type: ignore[method-assign]
+    with anyio.fail_after(20):  # a server that only polls would still be asleep
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve)
+            while not server.started:
+                await anyio.sleep(0.01)
+            threading.Thread(target=setattr, args=(server, "should_exit", True)).start()
+    assert ticks == [0, 10]  # one tick at the start, one when woken; each a once-a-second one
+    assert b"date" in dict(server.server_state.default_headers)
 
 
 @pytest.mark.parametrize("image_entry", [False, True], ids=["serve-env", "image-entry"])

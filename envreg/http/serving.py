@@ -9,6 +9,7 @@ several (an environment server's two planes caught the signal in turn and stoppe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 from collections.abc import Iterator
@@ -21,11 +22,47 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class QuietServer(uvicorn.Server):
-    """A uvicorn server that leaves the host process's signal handlers alone (it is embedded)."""
+    """A uvicorn server that leaves signals to the program it is in (`SignalStop` where the process is its
+    servers), and that sleeps while idle: it wakes once a second (its Date header) instead of ten times,
+    and at once when told to exit (uvicorn's own loop polls `should_exit` every 0.1 s)."""
+
+    tick_seconds = 1.0
+    """How long it sleeps while idle: the resolution of its Date header."""
+    _loop: asyncio.AbstractEventLoop | None = None
+    _wake: asyncio.Future[None] | None = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    @property
+    def should_exit(self) -> bool:
+        return self._should_exit
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        self._should_exit = value
+        if value and self._wake is not None and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nothing is waiting
+                self._loop.call_soon_threadsafe(_resolve, self._wake)  # also from a signal handler
+
+    async def main_loop(self) -> None:
+        self._loop = loop = asyncio.get_running_loop()
+        counter = 0  # `on_tick` does its once-a-second work where counter % 10 == 0, as uvicorn counts
+        while not await self.on_tick(counter):
+            counter = (counter + 10) % 864000
+            self._wake = loop.create_future()
+            timer = loop.call_later(self.tick_seconds, _resolve, self._wake)
+            try:
+                await self._wake
+            finally:
+                timer.cancel()
+                self._wake = None
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class SignalStop:
