@@ -1,10 +1,12 @@
-"""How long an environment server takes to end on SIGTERM (what `docker stop`, a runtime's close and every
-test's teardown wait for), this checkout beside another one in the same run.
+"""An environment server's CPU while idle (what each pooled or waiting sandbox costs) and the time it takes
+to end on SIGTERM (what `docker stop`, a runtime's close and every test's teardown wait for), this checkout
+beside another one in the same run.
 
-Each round starts `envreg serve-env` (no Docker), waits until both planes answer, sends SIGTERM and times
+Each round starts `envreg serve-env` (no Docker), waits until both planes answer, reads the process's CPU
+time (/proc schedstat, nanoseconds) over `--idle` seconds without a request, then sends SIGTERM and times
 until the process has ended; rounds alternate between the checkouts so that load hits both alike.
 
-    .venv/bin/python bench/bench_stop.py [--rounds 20] [--before DIR] [ENV]
+    .venv/bin/python bench/bench_stop.py [--rounds 10] [--idle 2] [--before DIR] [ENV]
 """
 
 from __future__ import annotations
@@ -29,8 +31,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def stop_seconds(env: str, checkout: Path) -> float:
-    """Start the server of `checkout` (its folder first on sys.path), wait for both planes, SIGTERM it."""
+def cpu_seconds(pid: int) -> float:
+    tasks = Path(f"/proc/{pid}/task")
+    return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks.iterdir()) / 1e9
+
+
+def idle_and_stop(env: str, checkout: Path, idle: float) -> tuple[float, float]:
+    """Start the server of `checkout` (its folder first on sys.path), wait for both planes; its CPU seconds
+    per second while idle, and the seconds from SIGTERM to its end."""
     import httpx2
 
     ports = free_port(), free_port()
@@ -48,6 +56,9 @@ def stop_seconds(env: str, checkout: Path) -> float:
                     break
                 except httpx2.TransportError:
                     time.sleep(0.02)
+        before = cpu_seconds(proc.pid)
+        time.sleep(idle)
+        idle_cpu = (cpu_seconds(proc.pid) - before) / idle
         began = time.perf_counter()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)
@@ -57,27 +68,32 @@ def stop_seconds(env: str, checkout: Path) -> float:
             proc.kill()
             proc.wait()
     assert code == -signal.SIGTERM, f"{checkout}: ended with {code}"
-    return took
+    return idle_cpu, took
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("env", nargs="?", default="calendar")
-    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--idle", type=float, default=2.0, help="seconds idle per round")
     ap.add_argument("--before", type=Path, metavar="DIR", help="also the server of this checkout")
     args = ap.parse_args()
     checkouts = {
         "now": ROOT,
         **({f"before ({args.before.name})": args.before.resolve()} if args.before else {}),
     }
-    took: dict[str, list[float]] = {name: [] for name in checkouts}
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in checkouts}
     for _ in range(args.rounds):
         for name, checkout in checkouts.items():
-            took[name].append(stop_seconds(args.env, checkout))
-    print(f"\nSIGTERM to process end, `envreg serve-env {args.env}`, {args.rounds} rounds")
-    print(f"{'server':<24} {'p50 ms':>8} {'max ms':>8}")
-    for name, seconds in took.items():
-        print(f"{name:<24} {statistics.median(seconds) * 1e3:>8.0f} {max(seconds) * 1e3:>8.0f}")
+            runs[name].append(idle_and_stop(args.env, checkout, args.idle))
+    print(
+        f"\n`envreg serve-env {args.env}`, {args.rounds} rounds: CPU while idle ({args.idle:g} s a round), SIGTERM to end"
+    )
+    print(f"{'server':<24} {'idle CPU ms/s':>14} {'stop p50 ms':>12} {'stop max ms':>12}")
+    for name, measured in runs.items():
+        idle_cpu, took = zip(*measured, strict=True)
+        print(f"{name:<24} {statistics.median(idle_cpu) * 1e3:>14.2f} {statistics.median(took) * 1e3:>12.0f} "
+              f"{max(took) * 1e3:>12.0f}")  # fmt: skip
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{os.cpu_count()} CPUs, load average {load}")
 
