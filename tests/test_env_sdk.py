@@ -8,6 +8,8 @@ from typing import Annotated
 
 import pytest
 from conftest import COUNTER
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from envreg.canonical import canonical_json, canonical_value, digest
@@ -303,3 +305,15 @@ def test_text_matching_ignores_case_accents_and_punctuation() -> None:
     assert not matches("art gallery", "Art Institute", "museum")
     assert not matches("useum", "museum")  # prefixes, not substrings
     assert matches("", "anything")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_folding_is_case_and_accent_blind_on_any_text(text: str) -> None:
+    """`fold` takes a short way for ASCII text; on any text it is NFKD without combining marks, casefolded."""
+    import unicodedata
+
+    from envreg.env import fold
+
+    decomposed = unicodedata.normalize("NFKD", text)
+    assert fold(text) == "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
