@@ -10,7 +10,8 @@ lane, the daemon, the reward server, the Ray node proxy) and every client shares
 - `envreg.http.routing`: a small method + path router for raw-ASGI fronts;
 - `envreg.http.rest`: what the FastAPI fronts (daemon, reward server) share;
 - `envreg.http.client`: the one way envreg opens an HTTP client (`async_client`, `sync_client`).
-- `envreg.http.serving`: who stops uvicorn servers on a signal (`QuietServer` embedded, `SignalStop`).
+- `envreg.http.serving`: uvicorn servers that sleep while idle and leave signals to their program
+  (`QuietServer`), and `SignalStop` for a process that is its servers.
 
 Nothing is imported here: an environment server imports only the parts it serves with.
 """

@@ -1,10 +1,11 @@
-"""Who stops envreg's uvicorn servers on SIGINT / SIGTERM.
+"""How envreg's uvicorn servers idle, and who stops them on SIGINT / SIGTERM.
 
 A uvicorn server catches both signals while it serves: right for a process that is one server, wrong for
 an embedded one (the runtime's gateway; the local tier's environment server, in the caller's event loop,
 where it took the program's Ctrl-C and left the program calling a stopped server) and for a process of
 several (an environment server's two planes caught the signal in turn and stopped one after the other).
-`QuietServer` leaves signals to the program it is in; `SignalStop` stops a process's servers all at once.
+And it wakes ten times a second to see whether it should stop. `QuietServer` leaves signals to the program
+it is in and sleeps while idle; `SignalStop` stops a process's servers all at once.
 """
 
 from __future__ import annotations
