@@ -3,11 +3,13 @@ all at once and ends as the signal ends it; an embedded server leaves the signal
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -20,6 +22,18 @@ from envreg.http.serving import SIGNALS, QuietServer, SignalStop
 needs_main_thread = pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(), reason="signal handlers are the main thread's"
 )
+
+
+@contextlib.contextmanager
+def ctrl_c_as_from_a_terminal() -> Iterator[None]:
+    """Children started meanwhile take SIGINT as a terminal's foreground job does. (A shell starts a
+    background job, such as a CI run, with SIGINT ignored; its children, these tests' included, inherit that,
+    and Python then leaves it ignored.)"""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler: exec resets it to default
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def idle_server() -> uvicorn.Server:
@@ -105,8 +119,10 @@ def test_an_environment_server_ends_as_sigterm_ends_a_process(image_entry: bool)
     assert server.proc.wait(10) == -signal.SIGTERM  # as before: the runtime and docker read it so
 
 
+@needs_main_thread
 def test_ctrl_c_stops_serve_env_with_130() -> None:
-    server = EnvServerProcess(COUNTER).start()
+    with ctrl_c_as_from_a_terminal():
+        server = EnvServerProcess(COUNTER).start()
     server.proc.send_signal(signal.SIGINT)
     assert server.proc.wait(10) == 130
 
@@ -127,13 +143,15 @@ PROGRAM = """
 """
 
 
+@needs_main_thread
 def test_ctrl_c_interrupts_a_program_that_holds_a_local_sandbox() -> None:
     """The local tier serves in the caller's event loop: Ctrl-C is the program's KeyboardInterrupt. (The
     server's planes took it: the program went on against a stopped server, 'did not answer'.)"""
     program = textwrap.dedent(PROGRAM).format(counter=COUNTER)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    with ctrl_c_as_from_a_terminal():
+        proc = subprocess.Popen(
+            [sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     try:
         assert proc.stdout.readline() == "ready\n", proc.stderr.read() if proc.poll() is not None else ""
         proc.send_signal(signal.SIGINT)
