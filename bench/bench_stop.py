@@ -14,21 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKEN = "bench-stop"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(ROOT / "tests"))
 
 
 def cpu_seconds(pid: int) -> float:
@@ -37,25 +29,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 def idle_and_stop(env: str, checkout: Path, idle: float) -> tuple[float, float]:
-    """Start the server of `checkout` (its folder first on sys.path), wait for both planes; its CPU seconds
-    per second while idle, and the seconds from SIGTERM to its end."""
-    import httpx2
+    """Start the server of `checkout` (its folder first on sys.path) and wait until it answers; its CPU
+    seconds per second while idle, and the seconds from SIGTERM to its end."""
+    from servers import EnvServerProcess
 
-    ports = free_port(), free_port()
-    argv = [sys.executable, "-m", "envreg.cli.main", "serve-env", env, "--port", str(ports[0]),
-            "--control-port", str(ports[1]), "--token", TOKEN]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)})
+    server = EnvServerProcess(env, cwd=checkout, environ={"PYTHONPATH": str(checkout)}).start()
+    proc = server.proc
+    assert proc is not None
     try:
-        for port in ports:  # both planes answer (any status)
-            while True:
-                assert proc.poll() is None, f"{checkout}: the server ended with {proc.returncode}"
-                try:
-                    httpx2.get(
-                        f"http://127.0.0.1:{port}/healthz", headers={"authorization": f"Bearer {TOKEN}"}
-                    )
-                    break
-                except httpx2.TransportError:
-                    time.sleep(0.02)
         before = cpu_seconds(proc.pid)
         time.sleep(idle)
         idle_cpu = (cpu_seconds(proc.pid) - before) / idle
@@ -64,9 +45,7 @@ def idle_and_stop(env: str, checkout: Path, idle: float) -> tuple[float, float]:
         code = proc.wait(30)
         took = time.perf_counter() - began
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        server.stop()
     assert code == -signal.SIGTERM, f"{checkout}: ended with {code}"
     return idle_cpu, took
 

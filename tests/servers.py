@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -44,6 +45,8 @@ class EnvServerProcess:
     environ: dict[str, str] = field(default_factory=dict)
     image_entry: bool = False
     """Start it as images do (`python -m envreg.server`), not through the CLI (`envreg serve-env`)."""
+    cwd: Path | None = None
+    """Where it starts (`python -m` puts that folder first on sys.path: another checkout's envreg)."""
     port: int = 0
     control_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -88,7 +91,9 @@ class EnvServerProcess:
         ]
         if not self.fast_path:
             cmd.append("--no-fast-path")
-        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.environ})
+        self.proc = subprocess.Popen(
+            cmd, cwd=self.cwd, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.environ}
+        )
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

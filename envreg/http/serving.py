@@ -29,7 +29,6 @@ class QuietServer(uvicorn.Server):
 
     tick_seconds = 1.0
     """How long it sleeps while idle: the resolution of its Date header."""
-    _loop: asyncio.AbstractEventLoop | None = None
     _wake: asyncio.Future[None] | None = None
 
     @contextlib.contextmanager
@@ -43,12 +42,12 @@ class QuietServer(uvicorn.Server):
     @should_exit.setter
     def should_exit(self, value: bool) -> None:
         self._should_exit = value
-        if value and self._wake is not None and self._loop is not None:
+        if value and (wake := self._wake) is not None:
             with contextlib.suppress(RuntimeError):  # the loop has closed: nothing is waiting
-                self._loop.call_soon_threadsafe(_resolve, self._wake)  # also from a signal handler
+                wake.get_loop().call_soon_threadsafe(_resolve, wake)  # also from a signal handler
 
     async def main_loop(self) -> None:
-        self._loop = loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         counter = 0  # `on_tick` does its once-a-second work where counter % 10 == 0, as uvicorn counts
         while not await self.on_tick(counter):
             counter = (counter + 10) % 864000
