@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from envreg.canonical import canonical_json, sha256_hex
@@ -31,7 +32,7 @@ class StepRecord:
     before: dict[str, Any]
     after: dict[str, Any]
 
-    @property
+    @cached_property
     def changed(self) -> bool:
         return canonical_json(self.before) != canonical_json(self.after)
 
