@@ -23,7 +23,7 @@ from envreg.validate.core import GROUPS, failed, passed, skipped
 from envreg.validate.jsondiff import describe, differences
 from envreg.validate.manifest import tool_drift
 from envreg.validate.report import to_json, to_junit
-from envreg.validate.runs import RejectionRecord, ScenarioRun, StepRecord
+from envreg.validate.runs import ReadState, RejectionRecord, ScenarioRun, StepRecord
 from envreg.validate.sandbox import _oversized
 from envreg.validate.schemas import format_checker, output_problems
 from envreg.validate.state import _first_divergence
@@ -205,6 +205,16 @@ def test_divergence_names_scenario_step_tool_and_path() -> None:
     assert why is not None and why.startswith("scenario s, step 2 (add): the state differs: notes.n_2")
     assert _first_divergence(one, one, []) is None
     assert _first_divergence(one, two, ["notes"]) is None  # volatile paths are ignored
+    # states as a sandbox gives them (`ReadState`: each canonical text computed once, per set of volatile paths)
+    read = [ScenarioRun(scenario, initial=ReadState(s0)) for _ in range(2)]
+    for run, plain in zip(read, (one, two), strict=True):
+        run.steps = [
+            _step(st.index, st.tool, st.result, ReadState(st.before), ReadState(st.after))
+            for st in plain.steps
+        ]
+    for volatile in ([], ["notes"], [], ["notes.n_2", "notes.n_9"], ["notes.n_2"]):
+        assert _first_divergence(*read, volatile) == _first_divergence(one, two, volatile), volatile
+    assert [s.changed for s in read[0].steps] == [True, True]
     same = ScenarioRun(scenario, initial=s0)  # the same JSON objects, keys in another order: the same result
     same.steps = [_step(1, "add", ToolResult(value={"b": 1, "a": 2}), s0, s0)]
     again = ScenarioRun(scenario, initial=s0)

@@ -4,20 +4,49 @@ several checks can judge one run: expected results, final states, output schemas
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from envreg.canonical import canonical_json, sha256_hex
 from envreg.env import RejectedState, Scenario, ToolResult, states_equal
-from envreg.env.scenario import CallOutcome, run_steps
+from envreg.env.scenario import CallOutcome, run_steps, strip_volatile
 from envreg.errors import InvalidState, UnknownToolError
 from envreg.runtime import Sandbox
 from envreg.validate.jsondiff import describe
 
 
+class ReadState(dict[str, Any]):
+    """A state as a sandbox gave it. Validation never changes one, so each of its canonical texts is computed
+    once (`canonical_text`): the checks compare the same big states many times."""
+
+    __slots__ = ("texts",)
+
+
+def canonical_text(state: Any, volatile: Sequence[str] = ()) -> str:
+    """The canonical JSON of `state` without its `volatile` paths (once per `ReadState` and paths)."""
+    if not isinstance(state, ReadState):
+        return _canonical_text(state, volatile)
+    try:
+        texts = state.texts
+    except AttributeError:
+        texts = state.texts = {}
+    key = tuple(volatile)
+    if key not in texts:
+        texts[key] = _canonical_text(state, key)
+    return texts[key]
+
+
+def _canonical_text(state: Any, volatile: Sequence[str]) -> str:
+    return (
+        canonical_json(strip_volatile(state, volatile), normalized=True)
+        if volatile
+        else canonical_json(state)
+    )
+
+
 def state_hash(state: Any) -> str:
-    return sha256_hex(canonical_json(state))
+    return sha256_hex(canonical_text(state))
 
 
 @dataclass
@@ -32,9 +61,9 @@ class StepRecord:
     before: dict[str, Any]
     after: dict[str, Any]
 
-    @cached_property
+    @property
     def changed(self) -> bool:
-        return canonical_json(self.before) != canonical_json(self.after)
+        return canonical_text(self.before) != canonical_text(self.after)
 
     @property
     def outcome(self) -> str:
@@ -119,7 +148,7 @@ async def play(sandbox: Sandbox, scenario: Scenario, steps: slice = slice(None))
     if run.refused is not None:
         run.ended = time.monotonic()
         return run
-    run.initial = await sandbox.state()
+    run.initial = ReadState(await sandbox.state())
     current = run.initial
     played = scenario.model_copy(update={"steps": scenario.steps[steps]})
     offset = range(len(scenario.steps))[steps].start if scenario.steps[steps] else 0
@@ -129,7 +158,7 @@ async def play(sandbox: Sandbox, scenario: Scenario, steps: slice = slice(None))
         t0 = time.perf_counter()
         result = await call(sandbox, tool, arguments)
         ms = (time.perf_counter() - t0) * 1000
-        after = await sandbox.state()
+        after = ReadState(await sandbox.state())
         index = offset + len(run.steps) + 1
         run.steps.append(StepRecord(index, tool, arguments, result, ms, current, after))
         current = after
@@ -143,12 +172,12 @@ async def play(sandbox: Sandbox, scenario: Scenario, steps: slice = slice(None))
 async def continue_from(sandbox: Sandbox, scenario: Scenario, start: int) -> list[StepRecord]:
     """Play the scenario's steps from index `start` (0-based) on the sandbox's current state."""
     records = []
-    current = await sandbox.state()
+    current = ReadState(await sandbox.state())
     for i, step in enumerate(scenario.steps[start:], start + 1):
         t0 = time.perf_counter()
         result = await call(sandbox, step.tool, step.arguments)
         ms = (time.perf_counter() - t0) * 1000
-        after = await sandbox.state()
+        after = ReadState(await sandbox.state())
         records.append(StepRecord(i, step.tool, step.arguments, result, ms, current, after))
         current = after
     return records
