@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 
 from envreg.http.client import request
 from envreg.server.listen import LISTEN_EXIT
@@ -24,6 +28,23 @@ MODERN = "2026-07-28"
 # seconds; the tests check behaviour, not latency (bench/ measures that)
 START_S = 120
 ANSWER_S = 30
+
+
+needs_main_thread = pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(), reason="signal handlers are the main thread's"
+)
+
+
+@contextlib.contextmanager
+def ctrl_c_as_from_a_terminal() -> Iterator[None]:
+    """Children started meanwhile take SIGINT as a terminal's foreground job does. (A shell starts a
+    background job, such as a CI run, with SIGINT ignored; its children, these tests' included, inherit that,
+    and Python then leaves it ignored.)"""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler: exec resets it to default
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 class PortTaken(RuntimeError):

@@ -3,37 +3,19 @@ all at once and ends as the signal ends it; an embedded server leaves the signal
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 
 import anyio
 import pytest
 import uvicorn
 from conftest import COUNTER
-from servers import EnvServerProcess
+from servers import EnvServerProcess, ctrl_c_as_from_a_terminal, needs_main_thread
 
 from envreg.http.serving import SIGNALS, QuietServer, SignalStop
-
-needs_main_thread = pytest.mark.skipif(
-    threading.current_thread() is not threading.main_thread(), reason="signal handlers are the main thread's"
-)
-
-
-@contextlib.contextmanager
-def ctrl_c_as_from_a_terminal() -> Iterator[None]:
-    """Children started meanwhile take SIGINT as a terminal's foreground job does. (A shell starts a
-    background job, such as a CI run, with SIGINT ignored; its children, these tests' included, inherit that,
-    and Python then leaves it ignored.)"""
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler: exec resets it to default
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
 
 
 def idle_server() -> uvicorn.Server:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ import httpx2
 import pytest
 from conftest import ROOT
 from reward_helpers import as_openai_messages, as_tool_call_tags, scenario_truth
+from servers import ctrl_c_as_from_a_terminal, needs_main_thread
 
 from envreg.http.client import request as http_request
 
@@ -106,6 +108,17 @@ class RewardServer:
     def stop(self) -> int:
         self.proc.terminate()
         return self.proc.wait(timeout=30)
+
+
+@needs_main_thread
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, 0)])
+def test_the_server_stops_on_sigterm_and_ctrl_c(signum: int, code: int) -> None:
+    """Ended by SIGTERM as a process is (what a supervisor reads); Ctrl-C is a clean exit."""
+    with ctrl_c_as_from_a_terminal():
+        s = RewardServer()
+    s.proc.send_signal(signum)
+    assert s.proc.wait(timeout=30) == code
+    assert "Traceback" not in s.proc.stderr.read()
 
 
 @pytest.fixture(scope="module")

@@ -212,6 +212,7 @@ def serve(
     import anyio
 
     from envreg.config import reward_token
+    from envreg.http.serving import SignalStop
     from envreg.reward.score import ScoreOptions
     from envreg.reward.server import RewardServerConfig
     from envreg.reward.server import serve as serve_app
@@ -244,7 +245,8 @@ def serve(
         err.print(f"POST {url}/v1/score  (Authorization: Bearer <the token {where}>)", markup=False)
 
     try:
-        anyio.run(serve_app, config, host, port, ready)
+        with SignalStop() as stop:  # SIGINT / SIGTERM stop the server, then end the process as they end it
+            anyio.run(serve_app, config, host, port, ready, stop)
     except CannotListen as exc:
         raise output.fail(exc.message, ONE_PORT_HINT, LISTEN_EXIT) from None
     except KeyboardInterrupt:

@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -33,6 +33,9 @@ from envreg.http.rest import bearer_auth, http_error, internal_error, invalid_re
 from envreg.reward.batch import ItemResult, ScoreItem, score_items
 from envreg.reward.score import ScoreOptions, Scorer
 from envreg.runtime import Runtime
+
+if TYPE_CHECKING:
+    from envreg.http.serving import SignalStop
 
 
 @dataclass
@@ -89,16 +92,22 @@ class Error(BaseModel):
     error: str
 
 
-async def serve(config: RewardServerConfig, host: str, port: int, ready: Any = None) -> None:
-    """Serve until cancelled or SIGINT / SIGTERM; `ready(url)` is called once the port is bound."""
+async def serve(
+    config: RewardServerConfig, host: str, port: int, ready: Any = None, stop: SignalStop | None = None
+) -> None:
+    """Serve until cancelled, or until `stop` (the process's SIGINT / SIGTERM) stops it; `ready(url)` is
+    called once the port is bound."""
     import uvicorn
 
+    from envreg.http.serving import QuietServer
     from envreg.server.listen import listen
 
     sock = listen(host, port)  # `CannotListen` naming the address when it is taken
     sock.setblocking(False)
     app = create_app(config)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    server = QuietServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    if stop is not None:
+        stop.add(server)
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: server.serve(sockets=[sock]))
         while not server.started:
