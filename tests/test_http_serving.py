@@ -109,6 +109,15 @@ def test_ctrl_c_stops_serve_env_with_130() -> None:
     assert server.proc.wait(10) == 130
 
 
+@needs_main_thread
+def test_ctrl_c_ends_the_image_entry_by_sigint_without_a_traceback(capfd) -> None:
+    with ctrl_c_as_from_a_terminal():
+        server = EnvServerProcess(COUNTER, image_entry=True).start()
+    server.proc.send_signal(signal.SIGINT)
+    assert server.proc.wait(10) == -signal.SIGINT  # what a shell reads as Ctrl-C
+    assert "Traceback" not in capfd.readouterr().err
+
+
 PROGRAM = """
     import anyio
     from envreg.env import load_environment

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from dataclasses import replace
 
@@ -163,5 +164,14 @@ class Startup:
         print(json.dumps({"envreg_startup": steps}), file=sys.stderr, flush=True)
 
 
+def _interrupted() -> None:
+    """Ctrl-C stopped the server: end by SIGINT, as the shell expects, without a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGINT)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        _interrupted()
