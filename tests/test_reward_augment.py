@@ -17,6 +17,7 @@ from reward_helpers import as_tool_call_tags, executed_trajectory
 from servers import modern_request
 from test_lean_path import variants as lean_variants
 
+from envreg.config import manifests_root
 from envreg.env import load_environment, load_scenarios, states_equal
 from envreg.env.augment import FORMATS, Augmentation, Augmenter, render
 from envreg.http.client import request
@@ -168,6 +169,32 @@ def test_distractors_are_similar_tools_of_other_environments() -> None:
     )
     with pytest.raises(ValueError, match="no environment 'nope'"):
         rank_distractors("nope", CATALOG, embed="tfidf")
+
+
+def test_a_ranking_is_reused_only_for_the_same_catalog(tmp_path, monkeypatch) -> None:
+    """Rankings are kept (an augmentation run asks for one per record), so they must follow what they rank: a
+    changed catalog, or a changed manifest on disk, is ranked again; the decoys handed out are copies."""
+    twin = CATALOG["bank"][0]
+    decoy = {**twin, "name": f"{twin['name']}_twin"}  # a bank tool's text under another name: the closest
+    catalog = {"bank": CATALOG["bank"], "maps": CATALOG["maps"]}
+    assert decoy["name"] not in [t["name"] for _, t in rank_distractors("bank", catalog, embed="tfidf")]
+    changed = {**catalog, "maps": [*CATALOG["maps"], decoy]}
+    assert rank_distractors("bank", changed, embed="tfidf")[0][1] is decoy, (
+        "the closest tool, the caller's own"
+    )
+
+    for name in ("bank", "maps"):
+        (tmp_path / f"{name}.json").write_text((manifests_root() / f"{name}.json").read_text())
+    monkeypatch.setenv("ENVREG_MANIFESTS", str(tmp_path))
+    high = {"distractors": 1, "overlap": "high", "embed": "tfidf"}
+    before = augmentation_for("bank", **high)
+    maps = json.loads((tmp_path / "maps.json").read_text())
+    maps["tools"].append({**decoy, "input_schema": decoy["inputSchema"]})
+    (tmp_path / "maps.json").write_text(json.dumps(maps, indent=1))  # another size: read again
+    after = augmentation_for("bank", **high)
+    assert before.distractors[0]["name"] != decoy["name"] and after.distractors[0]["name"] == decoy["name"]
+    after.distractors[0]["inputSchema"]["properties"] = {"changed": {"by": "the caller"}}
+    assert augmentation_for("bank", **high).distractors[0] == decoy
 
 
 @pytest.mark.skipif(

@@ -22,12 +22,13 @@ TF-IDF vectors of the same text, which need nothing but the manifests.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +53,21 @@ def load_catalog(folder: Path | None = None) -> dict[str, list[dict[str, Any]]]:
             for t in (_wire(t) for t in manifest["tools"])
         ]
     return catalog
+
+
+def _manifests_catalog() -> dict[str, list[dict[str, Any]]]:
+    """`load_catalog()`, read again only when a manifest changed (for `augmentation_for`, which hands out
+    copies of what it takes from it)."""
+    from envreg.config import manifests_root
+
+    root = manifests_root()
+    stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(root.glob("*.json")))
+    return _catalog_read(root, stamp)
+
+
+@lru_cache(maxsize=4)
+def _catalog_read(root: Path, stamp: tuple[tuple[str, int, int], ...]) -> dict[str, list[dict[str, Any]]]:
+    return load_catalog(root)
 
 
 def _wire(tool: dict[str, Any]) -> dict[str, Any]:
@@ -114,23 +130,44 @@ def graph_embed(cache_dir: Path | None = None) -> Embed:
 def rank_distractors(
     env: str, catalog: dict[str, list[dict[str, Any]]], embed: Similarity = "graph"
 ) -> list[tuple[float, dict[str, Any]]]:
-    """Other environments' tools, most similar to any of `env`'s tools first (same-name tools excluded)."""
+    """Other environments' tools, most similar to any of `env`'s tools first (same-name tools excluded).
+
+    Ranked once per environment, catalog content and `embed` (an augmentation run asks again for every
+    record); the tools returned are `catalog`'s own."""
     if env not in catalog:
         raise ValueError(
             f"no environment {env!r} in the catalog (have: {', '.join(sorted(catalog)) or 'none'})"
         )
+    text = json.dumps(catalog)  # the key order kept: it is in the texts an embedding model reads
+    rank = _ranking if _hashable(embed) else _ranking.__wrapped__  # an `embed` that cannot be a cache key
+    ranking = rank(env, text, embed)
+    return [(score, catalog[name][index]) for score, name, index in ranking]
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=64)
+def _ranking(env: str, catalog_json: str, embed: Similarity) -> tuple[tuple[float, str, int], ...]:
+    """`rank_distractors` as (score, environment, index of the tool in its list)."""
+    catalog = json.loads(catalog_json)
     own = catalog[env]
     own_names = {t["name"] for t in own}
     others = [
-        t
+        (name, index, tool)
         for name, tools in sorted(catalog.items())
         if name != env
-        for t in tools
-        if t["name"] not in own_names
+        for index, tool in enumerate(tools)
+        if tool["name"] not in own_names
     ]
     if not others:
-        return []
-    texts = [tool_text(t) for t in own + others]
+        return ()
+    texts = [tool_text(t) for t in own + [tool for _, _, tool in others]]
     if embed != "tfidf":
         if embed == "graph":
             embed = graph_embed()
@@ -139,14 +176,14 @@ def rank_distractors(
         sparse = tfidf_vectors(texts)
         mine_s, theirs_s = sparse[: len(own)], sparse[len(own) :]
         scores = [max(_cosine_sparse(o, m) for m in mine_s) for o in theirs_s]
-    ranked = sorted(zip(scores, others, strict=True), key=lambda p: (-p[0], p[1]["name"]))
+    ranked = sorted(zip(scores, others, strict=True), key=lambda p: (-p[0], p[1][2]["name"]))
     seen: set[str] = set()
     unique = []
-    for score, tool in ranked:
+    for score, (name, index, tool) in ranked:
         if tool["name"] not in seen:
             seen.add(tool["name"])
-            unique.append((score, tool))
-    return unique
+            unique.append((score, name, index))
+    return tuple(unique)
 
 
 def augmentation_for(
@@ -171,10 +208,8 @@ def augmentation_for(
         raise ValueError(f"overlap must be one of {', '.join(OVERLAPS)}, not {overlap!r}")
     decoys: list[dict[str, Any]] = []
     if distractors > 0:
-        ranked = [
-            tool
-            for _, tool in rank_distractors(env, catalog if catalog is not None else load_catalog(), embed)
-        ]
+        tools = catalog if catalog is not None else _manifests_catalog()
+        ranked = [tool for _, tool in rank_distractors(env, tools, embed)]
         if overlap == "high":
             candidates = ranked[:distractors]
         elif overlap == "medium":
@@ -182,7 +217,7 @@ def augmentation_for(
         else:
             candidates = ranked[len(ranked) // 2 :]
         candidates = sorted(candidates, key=lambda t: unit(seed, "decoy", t["name"]))
-        decoys = candidates[:distractors]
+        decoys = copy.deepcopy(candidates[:distractors])  # `catalog`'s or the cache's: never shared
     return Augmentation(
         seed=seed, formats=formats or ["json"], noise=noise, errors=errors, distractors=decoys
     )
