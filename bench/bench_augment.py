@@ -1,0 +1,70 @@
+"""What one augmentation config costs (`envreg.reward.augment.augmentation_for` with distractors, as an
+augmentation run asks for one per record and environment): ms per call by similarity, with the default
+catalog (the manifests) and with a catalog given, this checkout beside another one (`--before DIR`, in a
+subprocess with that folder first on sys.path).
+
+    .venv/bin/python bench/bench_augment.py [--calls 100] [--before DIR] [--embed tfidf graph]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ENVS = ("bank", "calendar", "maps", "shop")
+
+
+def measure(embeds: list[str], calls: int) -> dict[str, float]:
+    """Seconds per call, after one warm-up call per case (the embedding model's load is not counted)."""
+    from envreg.reward.augment import augmentation_for, load_catalog
+
+    given = load_catalog()
+    out: dict[str, float] = {}
+    for embed in embeds:
+        for label, catalog in (("default catalog", None), ("catalog given", given)):
+            for env in ENVS:
+                augmentation_for(env, distractors=3, embed=embed, catalog=catalog)  # type: ignore[arg-type]
+            began = time.perf_counter()
+            for seed in range(calls):
+                env = ENVS[seed % len(ENVS)]
+                augmentation_for(env, seed=seed, distractors=3, embed=embed, catalog=catalog)  # type: ignore[arg-type]
+            out[f"{embed}, {label}"] = (time.perf_counter() - began) / calls
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=100)
+    ap.add_argument("--embed", nargs="+", default=["tfidf", "graph"], help="similarities (graph needs synth)")
+    ap.add_argument("--before", type=Path, metavar="DIR", help="also this checkout's augmentation")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # what --before reads back
+    args = ap.parse_args()
+    now = measure(args.embed, args.calls)
+    if args.json:
+        print(json.dumps(now))
+        return
+    before: dict[str, float] = {}
+    if args.before:
+        checkout = args.before.resolve()
+        argv = [sys.executable, str(Path(__file__).resolve()), "--json", "--calls", str(args.calls)]
+        env = {**os.environ, "PYTHONPATH": str(checkout)}
+        done = subprocess.run(
+            [*argv, "--embed", *args.embed], cwd=checkout, env=env, capture_output=True, text=True, check=True
+        )
+        before = json.loads(done.stdout)
+    print(f"\nms per augmentation_for(distractors=3), {args.calls} calls over {', '.join(ENVS)}")
+    print(f"{'similarity, catalog':<28} {'now':>8}" + (f" {'before':>8} {'ratio':>6}" if before else ""))
+    for case, seconds in now.items():
+        row = f"{case:<28} {seconds * 1e3:>8.2f}"
+        if case in before:
+            row += f" {before[case] * 1e3:>8.2f} {before[case] / seconds:>5.2f}x"
+        print(row)
+
+
+if __name__ == "__main__":
+    main()
