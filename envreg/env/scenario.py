@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envreg.canonical import canonical_json, canonical_value, sha256_hex
+from envreg.canonical import canonical_equal, canonical_json, canonical_value, sha256_hex
 
 
 class Step(BaseModel):
@@ -133,7 +133,7 @@ def strip_volatile(state: Any, paths: Iterable[str]) -> Any:
 
 def without_volatile(state: Any, paths: Iterable[str]) -> Any:
     """`state` without the dotted `paths`, as it is (not normalized, unlike `strip_volatile`): only the objects
-    and lists on a path are copied, the rest is shared with `state`. For comparisons (`json_equal`), which
+    and lists on a path are copied, the rest is shared with `state`. For comparisons (`canonical_equal`), which
     need no canonical copy of a whole state."""
     for path in paths:
         state = _without(state, path.split("."))
@@ -159,11 +159,9 @@ def _without(node: Any, parts: list[str]) -> Any:
 
 
 def states_equal(a: Any, b: Any, volatile: Iterable[str] = ()) -> bool:
-    """Canonical equality of two states, ignoring volatile paths."""
+    """Canonical equality of two states, ignoring volatile paths (`canonical_equal`: nothing is written)."""
     paths = list(volatile)
-    return canonical_json(strip_volatile(a, paths), normalized=True) == canonical_json(
-        strip_volatile(b, paths), normalized=True
-    )
+    return canonical_equal(without_volatile(a, paths), without_volatile(b, paths))
 
 
 def load_scenarios(folder: Path) -> tuple[list[Scenario], list[RejectedState]]:

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from envreg.canonical import canonical_equal
 from envreg.env.scenario import without_volatile
 
 
@@ -104,20 +105,6 @@ def _lcs(n: int, m: int, edges: list[list[int]]) -> list[int]:
     return assignment
 
 
-def json_equal(a: Any, b: Any) -> bool:
-    """Equality of JSON data as canonical JSON sees it (``True`` is not ``1``; ``1.0`` is ``1``), without
-    serializing either side."""
-    if type(a) is type(b):
-        if isinstance(a, dict):
-            return a.keys() == b.keys() and all(json_equal(v, b[k]) for k, v in a.items())
-        if isinstance(a, list):
-            return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-        return a == b
-    if isinstance(a, bool) or isinstance(b, bool):
-        return False
-    return isinstance(a, int | float) and isinstance(b, int | float) and a == b
-
-
 def entities(state: dict[str, Any]) -> dict[str, Any]:
     """A state as entities: each item of a collection (an object of objects, or a list of objects
     with an ``id``) is one entity; any other top-level field is one entity."""
@@ -138,7 +125,7 @@ _ABSENT = object()
 
 
 def _same(a: Any, b: Any) -> bool:
-    return a is b or (a is not _ABSENT and b is not _ABSENT and json_equal(a, b))
+    return a is b or (a is not _ABSENT and b is not _ABSENT and canonical_equal(a, b))
 
 
 def entity_score(
@@ -207,4 +194,4 @@ def result_obtained(expected: Any, value: Any, rendered: str | None, noise: Sequ
             if not any(form in text for form in forms):
                 return False
         return True
-    return json_equal(without_fields(value, noise), expected)
+    return canonical_equal(without_fields(value, noise), expected)

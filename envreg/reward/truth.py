@@ -15,9 +15,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, Va
 
 from envreg.canonical import canonical_json, sha256_hex
 from envreg.env.augment import Augmentation
-from envreg.env.scenario import without_volatile
+from envreg.env.scenario import states_equal
 from envreg.reward.answer import Fact
-from envreg.reward.match import json_equal
 from envreg.synth.records import Trajectory
 
 
@@ -146,12 +145,7 @@ class GroundTruth(BaseModel):
         """Whether the oracle left every environment's state as it found it (volatile paths aside)."""
         if self._read_only is None:
             self._read_only = all(
-                json_equal(self.initial_states[e], self.final_states[e])
-                if not self.volatile.get(e)
-                else json_equal(
-                    without_volatile(self.initial_states[e], self.volatile[e]),
-                    without_volatile(self.final_states[e], self.volatile[e]),
-                )
+                states_equal(self.initial_states[e], self.final_states[e], self.volatile.get(e, []))
                 for e in self.envs
             )
         return self._read_only
