@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+from side_by_side import measured_in, print_beside
 
 ENVS = ("bank", "calendar", "maps", "shop")
 
@@ -48,22 +47,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(now))
         return
-    before: dict[str, float] = {}
-    if args.before:
-        checkout = args.before.resolve()
-        argv = [sys.executable, str(Path(__file__).resolve()), "--json", "--calls", str(args.calls)]
-        env = {**os.environ, "PYTHONPATH": str(checkout)}
-        done = subprocess.run(
-            [*argv, "--embed", *args.embed], cwd=checkout, env=env, capture_output=True, text=True, check=True
-        )
-        before = json.loads(done.stdout)
-    print(f"\nms per augmentation_for(distractors=3), {args.calls} calls over {', '.join(ENVS)}")
-    print(f"{'similarity, catalog':<28} {'now':>8}" + (f" {'before':>8} {'ratio':>6}" if before else ""))
-    for case, seconds in now.items():
-        row = f"{case:<28} {seconds * 1e3:>8.2f}"
-        if case in before:
-            row += f" {before[case] * 1e3:>8.2f} {before[case] / seconds:>5.2f}x"
-        print(row)
+    argv = ["--calls", str(args.calls), "--embed", *args.embed]
+    before = measured_in(args.before, __file__, argv) if args.before else {}
+    title = f"ms per augmentation_for(distractors=3), {args.calls} calls over {', '.join(ENVS)}"
+    print_beside(title, "similarity, catalog", now, before, 1e3, 2)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+from side_by_side import measured_in, print_beside
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,20 +58,9 @@ def main() -> None:
     if args.json:
         print(json.dumps(now))
         return
-    before: dict[str, float] = {}
-    if args.before:
-        checkout = args.before.resolve()
-        argv = [sys.executable, str(Path(__file__).resolve()), "--json", "--repeat", str(args.repeat), *names]
-        env = {**os.environ, "PYTHONPATH": str(checkout)}
-        done = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True, check=True)
-        before = json.loads(done.stdout)
-    print(f"\nµs per tool call (each scenario step's median of {args.repeat} replays, averaged), in process")
-    print(f"{'environment':<28} {'now':>8}" + (f" {'before':>8} {'ratio':>6}" if before else ""))
-    for name, seconds in now.items():
-        row = f"{name:<28} {seconds * 1e6:>8.1f}"
-        if name in before:
-            row += f" {before[name] * 1e6:>8.1f} {before[name] / seconds:>5.2f}x"
-        print(row)
+    before = measured_in(args.before, __file__, ["--repeat", str(args.repeat), *names]) if args.before else {}
+    title = f"µs per tool call (each scenario step's median of {args.repeat} replays, averaged), in process"
+    print_beside(title, "environment", now, before, 1e6, 1)
 
 
 if __name__ == "__main__":
