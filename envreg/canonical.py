@@ -49,15 +49,11 @@ def canonical_equal(a: Any, b: Any) -> bool:
     then told apart by their JSON text (equal text, equal canonical JSON), and anything else is walked."""
     if a == b:
         try:
-            if _sorted_text(a) == _sorted_text(b):
+            if canonical_json(a, normalized=True) == canonical_json(b, normalized=True):  # the text as is
                 return True
         except (TypeError, ValueError):  # keys that do not sort together, or a number JSON has no form for
             pass
     return _equal(a, b)
-
-
-def _sorted_text(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def _equal(a: Any, b: Any) -> bool:

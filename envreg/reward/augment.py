@@ -61,7 +61,7 @@ def _manifests_catalog() -> dict[str, list[dict[str, Any]]]:
     from envreg.config import manifests_root
 
     root = manifests_root()
-    stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(root.glob("*.json")))
+    stamp = tuple((p.name, (st := p.stat()).st_mtime_ns, st.st_size) for p in sorted(root.glob("*.json")))
     return _catalog_read(root, stamp)
 
 
