@@ -5,6 +5,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +30,11 @@ FULL_SIZE = os.environ.get("ENVREG_TEST_FULL") == "1"
 EMBEDDINGS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envreg-tests" / "embeddings"
 """The tests' embeddings, by model and text digest, kept on this machine between runs and clones (issue 19: a
 clean clone's first synthesis tests loaded the model and embedded the catalog on two workers at once, 55-65 s)."""
+
+
+needs_main_thread = pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(), reason="signal handlers are the main thread's"
+)
 
 
 def scaled(full: int, small: int) -> int:

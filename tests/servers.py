@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import pytest
 
 from envreg.http.client import request
 from envreg.server.listen import LISTEN_EXIT
@@ -28,11 +26,6 @@ MODERN = "2026-07-28"
 # seconds; the tests check behaviour, not latency (bench/ measures that)
 START_S = 120
 ANSWER_S = 30
-
-
-needs_main_thread = pytest.mark.skipif(
-    threading.current_thread() is not threading.main_thread(), reason="signal handlers are the main thread's"
-)
 
 
 @contextlib.contextmanager

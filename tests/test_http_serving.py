@@ -12,8 +12,8 @@ import threading
 import anyio
 import pytest
 import uvicorn
-from conftest import COUNTER
-from servers import EnvServerProcess, ctrl_c_as_from_a_terminal, needs_main_thread
+from conftest import COUNTER, needs_main_thread
+from servers import EnvServerProcess, ctrl_c_as_from_a_terminal
 
 from envreg.http.serving import SIGNALS, QuietServer, SignalStop
 

@@ -13,9 +13,9 @@ import time
 import anyio
 import httpx2
 import pytest
-from conftest import ROOT
+from conftest import ROOT, needs_main_thread
 from reward_helpers import as_openai_messages, as_tool_call_tags, scenario_truth
-from servers import ctrl_c_as_from_a_terminal, needs_main_thread
+from servers import ctrl_c_as_from_a_terminal
 
 from envreg.http.client import request as http_request
 
