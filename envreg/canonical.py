@@ -44,27 +44,22 @@ def _normalize(value: Any) -> Any:
 
 def canonical_equal(a: Any, b: Any) -> bool:
     """Whether `a` and `b` have one canonical JSON (``True`` is not ``1``, ``1.0`` is ``1``, a tuple is a
-    list), mostly at C speed: Python's equality first, which differs from canonical JSON's only where a
-    bool meets a number, an integral float an integer, a tuple a list or a key a string; equal values are
-    then told apart by their JSON text (equal text, equal canonical JSON), and anything else is walked."""
-    if a == b:
-        try:
-            if canonical_json(a, normalized=True) == canonical_json(b, normalized=True):  # the text as is
-                return True
-        except (TypeError, ValueError):  # keys that do not sort together, or a number JSON has no form for
-            pass
-    return _equal(a, b)
-
-
-def _equal(a: Any, b: Any) -> bool:
-    """`canonical_equal` by walking both values: it stops at the first difference and copies nothing; only
-    objects whose keys differ and are not all strings are written out to compare."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        if a.keys() != b.keys():
-            return not (_string_keys(a) and _string_keys(b)) and canonical_json(a) == canonical_json(b)
-        return all(_equal(value, b[key]) for key, value in a.items())
+    list), without writing either: a walk that stops at the first difference and copies nothing (only
+    objects whose keys differ and are not all strings are written out to compare)."""
+    kind = type(a)
+    if kind is type(b):  # JSON read back: the same types on both sides
+        if kind is dict:
+            if a.keys() != b.keys():
+                return not (_string_keys(a) and _string_keys(b)) and canonical_json(a) == canonical_json(b)
+            return all(canonical_equal(value, b[key]) for key, value in a.items())
+        if kind is list or kind is tuple:
+            return len(a) == len(b) and all(canonical_equal(x, y) for x, y in zip(a, b, strict=True))
+        if kind is str or kind is int or kind is bool or a is None:
+            return a == b
+    if isinstance(a, dict) and isinstance(b, dict):  # a dict and a subclass of it
+        return canonical_equal(dict(a), dict(b))
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(canonical_equal(x, y) for x, y in zip(a, b, strict=True))
     if not (_json_kind(a) and _json_kind(b)):
         return canonical_json(a) == canonical_json(b)  # a value JSON has no form for: its error
     if isinstance(a, bool) or isinstance(b, bool):

@@ -36,8 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envreg.canonical import canonical_equal
-from envreg.env import Environment, EnvironmentNotFound, UnknownToolError, load_environment
+from envreg.env import Environment, EnvironmentNotFound, UnknownToolError, load_environment, states_equal
 from envreg.env.augment import Augmentation
 from envreg.env.tool import ToolResult
 from envreg.reward.answer import Fact, missing_facts, unit_facts, with_facts
@@ -402,7 +401,7 @@ class Scorer:
         start, expected = (
             (before, before) if truth.read_only else (truth.initial_states[env], truth.final_states[env])
         )
-        if not volatile and canonical_equal(got, expected):
+        if not volatile and states_equal(got, expected):
             return StateReport(env=env, equal=True, score=1.0)
         score, differing = entity_score(start, expected, got, volatile)
         equal = not differing
