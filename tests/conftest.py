@@ -132,6 +132,36 @@ def pytest_configure(config: pytest.Config) -> None:
     about 15 CPU-s of each fast-suite worker's 70, 2-4 CPU-s with these (issue 19). Cyclic garbage is still
     collected, in fewer passes."""
     gc.set_threshold(20_000, 20, 20)
+    check_each_schema_once()
+
+
+def check_each_schema_once() -> None:
+    """Check a JSON Schema against its metaschema once per test process, not once per MCP session.
+
+    The `mcp` SDK's client checks a tool's output schema (`check_schema`) before it validates the tool's first
+    result in a session, and keeps the compiled validator for that session only; with the 2020-12 metaschema a
+    check costs 5-10 ms. The tests open hundreds of sessions on the same few hundred schemas: the fast suite
+    spent about 15 CPU-s checking them again (issue 19). Whether a schema passes depends on the schema alone,
+    so a passing schema is remembered; one that fails raises every time, and every result is still validated
+    against its schema."""
+    import json
+
+    import jsonschema
+
+    validator = jsonschema.validators.validator_for({})  # the SDK's, for schemas that name no `$schema`
+    check = validator.check_schema
+    passed: set[str] = set()
+
+    def check_schema(schema, *args, **kwargs) -> None:
+        try:
+            key = json.dumps([schema, args, kwargs], sort_keys=True)
+        except TypeError:  # not JSON (a test's bad schema, a format checker): checked each time
+            return check(schema, *args, **kwargs)
+        if key not in passed:
+            check(schema, *args, **kwargs)
+            passed.add(key)
+
+    validator.check_schema = staticmethod(check_schema)
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import httpx2
 from servers import free_port
+from warm_start import WarmProcess
 
 from envreg.http.client import request as http_request
 
@@ -23,7 +23,7 @@ class DaemonProcess:
     token: str = "t"
     extra: list[str] = field(default_factory=list)
     port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    proc: WarmProcess | None = None
 
     @property
     def url(self) -> str:
@@ -37,9 +37,8 @@ class DaemonProcess:
 
     def start(self, timeout: float = 120.0) -> DaemonProcess:
         self.port = free_port()
-        cmd = [sys.executable, "-m", "envreg.cli.main", "serve", "--port", str(self.port)]
-        cmd += ["--token", self.token, *self.extra]
-        self.proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        args = ["serve", "--port", str(self.port), "--token", self.token, *self.extra]
+        self.proc = WarmProcess(args, self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

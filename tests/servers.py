@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from warm_start import WarmProcess
 
 from envreg.http.client import request
 from envreg.server.listen import LISTEN_EXIT
@@ -63,7 +64,7 @@ class EnvServerProcess:
     """Where it starts (`python -m` puts that folder first on sys.path: another checkout's envreg)."""
     port: int = 0
     control_port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | WarmProcess | None = None
 
     @property
     def url(self) -> str:
@@ -105,9 +106,11 @@ class EnvServerProcess:
         ]
         if not self.fast_path:
             cmd.append("--no-fast-path")
-        self.proc = subprocess.Popen(
-            cmd, cwd=self.cwd, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.environ}
-        )
+        environ = {**os.environ, "PYTHONUNBUFFERED": "1", **self.environ}
+        if self.image_entry or self.cwd is not None:
+            self.proc = subprocess.Popen(cmd, cwd=self.cwd, env=environ)
+        else:
+            self.proc = WarmProcess(cmd[3:], environ)
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

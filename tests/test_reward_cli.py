@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT, needs_main_thread
 from reward_helpers import as_openai_messages, as_tool_call_tags, scenario_truth
 from servers import ctrl_c_as_from_a_terminal
+from warm_start import WarmProcess
 
 from envreg.http.client import request as http_request
 
@@ -90,10 +91,9 @@ def test_score_refuses_bad_input_clearly(tmp_path, items) -> None:
 class RewardServer:
     def __init__(self, *args: str) -> None:
         env = {**os.environ, "ENVREG_REWARD_TOKEN": "t0ken"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "envreg.cli.main", "reward", "serve", "--port", "0", *args],
-            cwd=ROOT, stderr=subprocess.PIPE, text=True, env=env,
-        )  # fmt: skip
+        self.proc = WarmProcess(
+            ["reward", "serve", "--port", "0", *args], env, stderr=subprocess.PIPE, text=True
+        )
         deadline = time.time() + 60
         self.url = ""
         while time.time() < deadline and not self.url:

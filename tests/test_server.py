@@ -49,7 +49,9 @@ async def test_every_tool_succeeds_in_some_scenario_over_mcp(env_server, name) -
     async with mcp_client(f"{server.url}/mcp", "2026-07-28") as client:
         listed = {t.name for t in (await client.list_tools()).tools}
     assert len(listed) == len(load_environment(name).tools)
-    assert listed - succeeding == set(), f"tools no scenario calls successfully: {sorted(listed - succeeding)}"
+    assert listed - succeeding == set(), (
+        f"tools no scenario calls successfully: {sorted(listed - succeeding)}"
+    )
 
 
 @pytest.mark.parametrize("name", REFERENCE_ENVS)
