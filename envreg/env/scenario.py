@@ -120,9 +120,14 @@ async def run_steps(scenario: Scenario, call: Caller) -> list[str]:
     return failures
 
 
+def state_text(state: Any, volatile: Iterable[str] = ()) -> str:
+    """The canonical JSON of `state` without its volatile paths."""
+    return canonical_json(strip_volatile(state, volatile), normalized=True)
+
+
 def state_digest(state: Any, volatile: Iterable[str] = ()) -> str:
-    """What `final_state_sha256` states: sha256 of the canonical JSON of `state` without its volatile paths."""
-    return sha256_hex(canonical_json(strip_volatile(state, volatile), normalized=True))
+    """What `final_state_sha256` states: sha256 of `state_text`."""
+    return sha256_hex(state_text(state, volatile))
 
 
 def strip_volatile(state: Any, paths: Iterable[str]) -> Any:

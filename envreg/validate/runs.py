@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from envreg.canonical import canonical_json, sha256_hex
+from envreg.canonical import sha256_hex
 from envreg.env import RejectedState, Scenario, ToolResult, states_equal
-from envreg.env.scenario import CallOutcome, run_steps, strip_volatile
+from envreg.env.scenario import CallOutcome, run_steps, state_text
 from envreg.errors import InvalidState, UnknownToolError
 from envreg.runtime import Sandbox
 from envreg.validate.jsondiff import describe
@@ -26,23 +26,15 @@ class ReadState(dict[str, Any]):
 def canonical_text(state: Any, volatile: Sequence[str] = ()) -> str:
     """The canonical JSON of `state` without its `volatile` paths (once per `ReadState` and paths)."""
     if not isinstance(state, ReadState):
-        return _canonical_text(state, volatile)
+        return state_text(state, volatile)
     try:
         texts = state.texts
     except AttributeError:
         texts = state.texts = {}
     key = tuple(volatile)
     if key not in texts:
-        texts[key] = _canonical_text(state, key)
+        texts[key] = state_text(state, key)
     return texts[key]
-
-
-def _canonical_text(state: Any, volatile: Sequence[str]) -> str:
-    return (
-        canonical_json(strip_volatile(state, volatile), normalized=True)
-        if volatile
-        else canonical_json(state)
-    )
 
 
 def state_hash(state: Any) -> str:
