@@ -55,9 +55,9 @@ def load_catalog(folder: Path | None = None) -> dict[str, list[dict[str, Any]]]:
     return catalog
 
 
-def _manifests_catalog() -> dict[str, list[dict[str, Any]]]:
-    """`load_catalog()`, read again only when a manifest changed (for `augmentation_for`, which hands out
-    copies of what it takes from it)."""
+def _manifests_catalog() -> tuple[dict[str, list[dict[str, Any]]], str]:
+    """`load_catalog()` and its JSON, read again only when a manifest changed (for `augmentation_for`, which
+    hands out copies of what it takes from it)."""
     from envreg.config import manifests_root
 
     root = manifests_root()
@@ -66,8 +66,11 @@ def _manifests_catalog() -> dict[str, list[dict[str, Any]]]:
 
 
 @lru_cache(maxsize=4)
-def _catalog_read(root: Path, stamp: tuple[tuple[str, int, int], ...]) -> dict[str, list[dict[str, Any]]]:
-    return load_catalog(root)
+def _catalog_read(
+    root: Path, stamp: tuple[tuple[str, int, int], ...]
+) -> tuple[dict[str, list[dict[str, Any]]], str]:
+    catalog = load_catalog(root)
+    return catalog, json.dumps(catalog)
 
 
 def _wire(tool: dict[str, Any]) -> dict[str, Any]:
@@ -134,14 +137,20 @@ def rank_distractors(
 
     Ranked once per environment, catalog content and `embed` (an augmentation run asks again for every
     record); the tools returned are `catalog`'s own."""
+    return _ranked(env, catalog, json.dumps(catalog), embed)
+
+
+def _ranked(
+    env: str, catalog: dict[str, list[dict[str, Any]]], text: str, embed: Similarity
+) -> list[tuple[float, dict[str, Any]]]:
+    """`rank_distractors` with the catalog's JSON (its key order kept: it is in the texts an embedding model
+    reads), which keys the cache."""
     if env not in catalog:
         raise ValueError(
             f"no environment {env!r} in the catalog (have: {', '.join(sorted(catalog)) or 'none'})"
         )
-    text = json.dumps(catalog)  # the key order kept: it is in the texts an embedding model reads
     rank = _ranking if _hashable(embed) else _ranking.__wrapped__  # an `embed` that cannot be a cache key
-    ranking = rank(env, text, embed)
-    return [(score, catalog[name][index]) for score, name, index in ranking]
+    return [(score, catalog[name][index]) for score, name, index in rank(env, text, embed)]
 
 
 def _hashable(value: Any) -> bool:
@@ -208,8 +217,8 @@ def augmentation_for(
         raise ValueError(f"overlap must be one of {', '.join(OVERLAPS)}, not {overlap!r}")
     decoys: list[dict[str, Any]] = []
     if distractors > 0:
-        tools = catalog if catalog is not None else _manifests_catalog()
-        ranked = [tool for _, tool in rank_distractors(env, tools, embed)]
+        tools, text = (catalog, json.dumps(catalog)) if catalog is not None else _manifests_catalog()
+        ranked = [tool for _, tool in _ranked(env, tools, text, embed)]
         if overlap == "high":
             candidates = ranked[:distractors]
         elif overlap == "medium":
