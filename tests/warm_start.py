@@ -2,15 +2,16 @@
 interpreter instead of new ones.
 
 A new interpreter for a server spends about 0.3 CPU-s importing envreg, typer and uvicorn before it binds a
-port, and 0.4 more importing the `mcp` SDK on its first 2025-11-25 session; the suite starts about a hundred
-of them, on two cores (issue 19). Each test process gets one `multiprocessing` forkserver that has imported
-those modules once; a command is a fork of it that runs `envreg ARGS` as `python -m envreg.cli.main ARGS`
-would: the same entry, its own environment variables and SIGINT disposition (ignored
-when the test process ignores it, as a shell's background job does), its own exit status (a signal's:
-minus its number). What a fork shares with its siblings is what their imports made, and their hash seed.
+port, and 0.37 more importing the `mcp` SDK on its first 2025-11-25 session; the fast suite starts about
+eighty of them, on two cores (issue 19). Each test process gets one `multiprocessing` forkserver that has
+imported those modules once; a command is a fork of it that runs `envreg ARGS` as `python -m envreg.cli.main
+ARGS` would: the same entry, its own environment variables and SIGINT disposition (ignored when the test
+process ignores it, as a shell's background job does), its own exit status (a signal's: minus its number) and,
+when asked, its output on a pipe. What a fork shares with its siblings is what their imports made, and their
+hash seed.
 
-Tests that read a command's output, start it from another folder or through the image's entry
-(`python -m envreg.server`) still start a new interpreter (`subprocess.Popen`).
+Tests that start a server from another folder or through the image's entry (`python -m envreg.server`), and
+one-shot CLI runs, still start a new interpreter (`subprocess`).
 """
 
 from __future__ import annotations
@@ -60,10 +61,10 @@ def _run(
     os.environ.clear()
     os.environ.update(environ)
     signal.signal(signal.SIGINT, signal.SIG_IGN if sigint_ignored else signal.default_int_handler)
-    sys.argv = [sys.executable, *args]
-    from envreg.cli.main import app
+    from envreg.cli import main
 
-    app(args, prog_name="envreg")
+    sys.argv = [main.__file__, *args]
+    main.app(args, prog_name="envreg")
 
 
 class WarmProcess:
