@@ -90,27 +90,14 @@ class EnvServerProcess:
 
     def _start(self) -> EnvServerProcess:
         self.port, self.control_port = free_port(), free_port()
-        entry = ["envreg.server"] if self.image_entry else ["envreg.cli.main", "serve-env"]
-        cmd = [
-            sys.executable,
-            "-m",
-            *entry,
-            self.env,
-            "--port",
-            str(self.port),
-            "--control-port",
-            str(self.control_port),
-            "--token",
-            self.token,
-            *self.extra,
-        ]
-        if not self.fast_path:
-            cmd.append("--no-fast-path")
+        args = [self.env, "--port", str(self.port), "--control-port", str(self.control_port)]
+        args += ["--token", self.token, *self.extra, *([] if self.fast_path else ["--no-fast-path"])]
         environ = {**os.environ, "PYTHONUNBUFFERED": "1", **self.environ}
-        if self.image_entry or self.cwd is not None:
-            self.proc = subprocess.Popen(cmd, cwd=self.cwd, env=environ)
+        if self.image_entry or self.cwd is not None:  # a new interpreter
+            entry = ["envreg.server"] if self.image_entry else ["envreg.cli.main", "serve-env"]
+            self.proc = subprocess.Popen([sys.executable, "-m", *entry, *args], cwd=self.cwd, env=environ)
         else:
-            self.proc = WarmProcess(cmd[3:], environ)
+            self.proc = WarmProcess(["serve-env", *args], environ)
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

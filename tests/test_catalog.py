@@ -55,7 +55,7 @@ def load_manifests() -> dict[str, Manifest]:
     """The committed manifests of the catalog, each verified; read again only when a file changed (the tests
     here ask for them about sixty times per process). Shared: a test that changes one copies it first."""
     files = sorted(MANIFESTS.glob("*.json"))
-    return dict(_verified_manifests(tuple((p, p.stat().st_mtime_ns, p.stat().st_size) for p in files)))
+    return dict(_verified_manifests(tuple((p, (st := p.stat()).st_mtime_ns, st.st_size) for p in files)))
 
 
 @cache
