@@ -61,10 +61,29 @@ def _run(
     os.environ.clear()
     os.environ.update(environ)
     signal.signal(signal.SIGINT, signal.SIG_IGN if sigint_ignored else signal.default_int_handler)
+    _save_coverage_on_sigterm()
     from envreg.cli import main
 
     sys.argv = [main.__file__, *args]
     main.app(args, prog_name="envreg")
+
+
+def _save_coverage_on_sigterm() -> None:
+    """Under scripts/coverage, a fork ended by SIGTERM saves what it measured, then dies of the signal as it
+    would have. (The handler coverage installs, inherited from the forkserver, would stop the forkserver's
+    measurement, not the one multiprocessing starts in the fork.)"""
+    coverage = sys.modules.get("coverage")  # imported by its .pth file when it measures
+    measuring = coverage.Coverage.current() if coverage else None
+    if measuring is None:
+        return
+
+    def save_and_end(signum: int, frame: object) -> None:
+        measuring.stop()
+        measuring.save()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, save_and_end)
 
 
 class WarmProcess:
