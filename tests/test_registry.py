@@ -202,6 +202,19 @@ async def _call_tool(agent_port: int, tool: str, arguments: dict) -> tuple[bool,
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def test_recording_an_image_gives_it_its_environment_tag(derived, engine) -> None:
+    """An environment image known by another tag only gets `<prefix><name>:<version>` when it is recorded:
+    the tag the record names and the runtime runs."""
+    from envreg.registry import index
+
+    image_id = derived("calendar", tag=f"{PREFIX}renamed:1")
+    assert f"{PREFIX}calendar:1.0.0" not in engine.images.get(image_id).tags
+    record = index.record_image(image_id, "built")
+    assert record.local_ref == f"{PREFIX}calendar:1.0.0"
+    assert record.local_ref in engine.images.get(image_id).tags
+    assert index.resolve("calendar:1.0.0").image_id == image_id
+
+
 @pytest.mark.anyio
 async def test_build_push_remove_pull_by_digest_run(registry, derived, containers, engine) -> None:
     from envreg.registry import index, transfer
