@@ -29,9 +29,9 @@ def test_a_forked_server_ended_by_sigterm_saves_what_it_ran(tmp_path: Path) -> N
     import coverage
 
     rc = tmp_path / "coveragerc"
-    rc.write_text(
-        "[run]\nsource = envreg\nparallel = true\nconcurrency = thread, multiprocessing\nsigterm = true\n"
-        f"data_file = {tmp_path / 'data'}\n"
+    rc.write_text(  # what scripts/coverage writes
+        f"[run]\nsource = {ROOT / 'envreg'}\nparallel = true\nconcurrency = thread, multiprocessing\n"
+        f"sigterm = true\ndata_file = {tmp_path / 'data'}\n"
     )
     script = tmp_path / "start_and_terminate.py"
     script.write_text(START_AND_TERMINATE)
