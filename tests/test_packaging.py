@@ -247,8 +247,12 @@ def test_envreg_build_works_outside_any_checkout(docker_engine: None, wheel: Pat
         ).stdout  # fmt: skip
         assert shipped["digests"]["manifest"] in json.loads(labels).values()
         assert not (work / "manifests").exists() and not (work / ".cache").exists()
-    finally:
-        subprocess.run(["docker", "image", "rm", *tags], capture_output=True, timeout=120)
+    finally:  # every tag the build made under the prefix: the versions' and `latest`
+        made = subprocess.run(
+            ["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "--filter", f"reference={prefix}/*"],
+            capture_output=True, text=True, timeout=60,
+        ).stdout.split()  # fmt: skip
+        subprocess.run(["docker", "image", "rm", *made], capture_output=True, timeout=120)
 
 
 def _call_tools(url: str, token: str) -> list[str]:
