@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -54,7 +55,10 @@ def free_port() -> int:
 @dataclass
 class EnvServerProcess:
     env: str
-    token: str = "test-token"
+    token: str = field(default_factory=lambda: f"test-{secrets.token_hex(8)}")
+    """Its own: another worker's server that took the probed port before this one bound it refuses the health
+    check (401), so `start` waits for this server's exit (LISTEN_EXIT) and picks new ports, never talking to
+    the other one (a CI run served bfcl-gorilla-file-system's tests from bfcl-math-api's server)."""
     fast_path: bool = True
     extra: list[str] = field(default_factory=list)
     environ: dict[str, str] = field(default_factory=dict)
