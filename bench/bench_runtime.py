@@ -121,7 +121,8 @@ async def client_main(spec: dict) -> dict:
     reply = json.loads(await conn.call())
     errors += bool("error" in reply or reply["result"].get("isError"))
     conn.close()
-    return {"lat": lat, "wall": wall, "client_cpu": cpu, "errors": errors}
+    made = spec["warmup"] + spec["calls"] + 1
+    return {"lat": lat, "wall": wall, "client_cpu": cpu, "errors": errors, "made": made}
 
 
 async def run_client(

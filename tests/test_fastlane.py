@@ -258,6 +258,51 @@ async def test_a_large_body_leaves_the_lane_and_gets_413(servers) -> None:
         assert status == 413 and gw.lane.calls == 0
 
 
+async def test_the_server_gets_its_own_host_token_and_generation_and_no_hop_by_hop_header() -> None:
+    """What the lane writes upstream, read off the wire: the client's end-to-end headers as sent, the
+    server's Host and token instead of the client's, the generation the gateway pins (a client's own is
+    dropped), no hop-by-hop header, and a Content-Length that frames the body."""
+    received: list[bytes] = []
+
+    async def record(stream: anyio.abc.SocketStream) -> None:
+        data = b""
+        async with stream:
+            while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < len(sent_body):
+                data += await stream.receive()
+            received.append(data)
+            answer = b'{"jsonrpc":"2.0","id":1,"result":{}}'
+            await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                              b"keep-alive: timeout=5\r\nx-answer: kept\r\n\r\n%b" % (len(answer), answer))  # fmt: skip
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    route = Route("sb_" + secrets.token_hex(8), "client-token",
+                  Upstream("127.0.0.1", port, "/i/in_1/mcp", "server-token", "x", generation=3))  # fmt: skip
+    extra = (b"Mcp-Session-Id:  s-1 \r\nkeep-alive: timeout=9\r\nte: trailers\r\nproxy-authorization: Basic eA==\r\n"
+             b"x-envreg-generation: 0\r\nX-Trace: Case-Kept\r\n")  # fmt: skip
+    request = raw_call(route, 1, extra=extra)
+    sent_body = request.partition(b"\r\n\r\n")[2]
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, record)
+        async with LanedGateway({route.id: route}) as gw:
+            async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
+                await stream.send(request.replace(b"127.0.0.1:1", b"127.0.0.1:%d" % gw.port))
+                [(status, body)] = await read_answers(stream, 1)
+            assert gw.lane.calls == 1
+        tg.cancel_scope.cancel()
+    assert status == 200 and json.loads(body)["id"] == 1
+    head, _, forwarded_body = received[0].partition(b"\r\n\r\n")
+    request_line, *lines = head.split(b"\r\n")
+    headers = [(name.lower(), value.strip()) for name, _, value in (line.partition(b":") for line in lines)]
+    assert request_line == b"POST /i/in_1/mcp HTTP/1.1" and forwarded_body == sent_body
+    assert sorted(headers) == sorted([
+        (b"host", b"127.0.0.1:%d" % port), (b"authorization", b"Bearer server-token"),
+        (b"x-envreg-generation", b"3"), (b"content-length", b"%d" % len(sent_body)),
+        *[(name.encode(), value.encode()) for name, value in modern_request("tools/call", {"name": "get"})[1].items()],
+        (b"mcp-session-id", b"s-1"), (b"x-trace", b"Case-Kept"),
+    ])  # fmt: skip
+
+
 async def test_a_server_that_does_not_answer_gets_a_504_naming_the_wait() -> None:
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

@@ -79,14 +79,19 @@ class Head:
     path: bytes
     headers: list[tuple[bytes, bytes]]
     """Every header, names lowercased, values without surrounding whitespace (RFC 9110 5.5), in order."""
+    others: list[bytes]
+    """The raw lines of the headers that this parse does not read itself (host, authorization,
+    content-length, connection) and that `parse_head`'s `drop` does not name: what a relay sends on."""
     host: bytes | None
     authorization: bytes | None
     length: int
     keep_alive: bool
 
 
-def parse_head(head: bytes) -> Head | None:
-    """The head (without its blank line), or None when uvicorn should parse the request instead."""
+def parse_head(head: bytes, drop: frozenset[bytes] = frozenset()) -> Head | None:
+    """The head (without its blank line), or None when uvicorn should parse the request instead.
+
+    `drop`: lowercased names of headers to leave out of `Head.others`."""
     lines = head.split(b"\r\n")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or parts[0] != b"POST" or parts[2] != b"HTTP/1.1":
@@ -95,6 +100,7 @@ def parse_head(head: bytes) -> Head | None:
     if b"%" in path or b"?" in path:
         return None
     headers: list[tuple[bytes, bytes]] = []
+    others: list[bytes] = []
     host = auth = length = None
     keep_alive = True
     for line in lines[1:]:
@@ -120,10 +126,12 @@ def parse_head(head: bytes) -> Head | None:
                 length = int(value)
             else:
                 keep_alive = b"close" not in value.lower()
+        elif name not in drop:
+            others.append(line)
         headers.append((name, value))
     if length is None:
         return None
-    return Head(path, headers, host, auth, length, keep_alive)
+    return Head(path, headers, others, host, auth, length, keep_alive)
 
 
 class Exchange(Protocol):
@@ -172,6 +180,8 @@ class FastPath:
         self.keep_alive_header = b"keep-alive: timeout=%d\r\n" % keep_alive
         """What answers say of an idle connection's life (uvicorn's `timeout_keep_alive` is its end)."""
         self.hosts: tuple[bytes, ...] = ()
+        self.drop: frozenset[bytes] = frozenset()
+        """Request headers that `begin` does not need in `Head.others`."""
         self.calls = 0
         self._heads: dict[tuple[int, bytes, bool], bytes] = {}
         self._defaults: list[tuple[bytes, bytes]] | None = None
@@ -258,7 +268,7 @@ class FastProtocol(HttpToolsProtocol):
             if len(buffer) > MAX_HEAD:
                 self._leave()
             return False
-        head = parse_head(bytes(buffer[:end]))
+        head = parse_head(bytes(buffer[:end]), self.path.drop)
         if head is None or head.length > self.path.max_body:
             self._leave()
             return False

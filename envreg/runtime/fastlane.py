@@ -26,7 +26,7 @@ from envreg.http.fastpath import FastPath, FastProtocol, Head
 from envreg.http.jsonrpc import jsonrpc_request
 from envreg.http.relay import HOP_BY_HOP
 from envreg.protocol import GATEWAY_PREFIX, KEEP_ALIVE_SECONDS, UPSTREAM_IDLE_SECONDS
-from envreg.runtime.gateway import GENERATION, NOT_FORWARDED, upstream_error_body
+from envreg.runtime.gateway import NOT_FORWARDED, upstream_error_body
 
 logger = logging.getLogger("envreg.gateway")
 _PREFIX = GATEWAY_PREFIX.encode()
@@ -43,6 +43,7 @@ class Lane(FastPath):
         keep_alive: int = KEEP_ALIVE_SECONDS,
     ) -> None:
         super().__init__(max_body, keep_alive)
+        self.drop = frozenset(NOT_FORWARDED)
         self.lookup = lookup
         self.timeout = timeout
         self.idle: dict[tuple, list[Upstream]] = defaultdict(list)
@@ -69,32 +70,16 @@ class Lane(FastPath):
         upstream = sandbox.upstream
         if upstream is None:
             return None
-        headers = [(k, v) for k, v in head.headers if k not in NOT_FORWARDED]
-        if upstream.token:
-            headers.append((b"authorization", b"Bearer " + upstream.token.encode()))
-        if upstream.generation is not None:
-            headers.append((GENERATION, str(upstream.generation).encode()))
-        request = b"".join(
-            [
-                b"POST ",
-                upstream.path.encode(),
-                b" HTTP/1.1\r\nhost: ",
-                f"{upstream.host}:{upstream.port}".encode(),
-                b"\r\ncontent-length: ",
-                str(len(body)).encode(),
-                b"\r\n",
-                *(k + b": " + v + b"\r\n" for k, v in headers),
-                b"\r\n",
-                body,
-            ]
+        request = b"\r\n".join(
+            [upstream.post_head, *head.others, b"content-length: %d" % len(body), b"", body]
         )
         key = (upstream.server_id, upstream.host, upstream.port)
         return Relay(self, sandbox, key, request, head.keep_alive)
 
     # upstream connections ----------------------------------------------------------------------
-    def take(self, key: tuple) -> Upstream | None:
+    def take(self, key: tuple, now: float) -> Upstream | None:
+        """A pooled connection to `key` that has not idled too long (`now`: the loop's time)."""
         idle = self.idle.get(key)
-        now = asyncio.get_running_loop().time()
         while idle:
             conn = idle.pop()
             if not conn.closed and now - conn.idle_since < UPSTREAM_IDLE_SECONDS:
@@ -102,13 +87,16 @@ class Lane(FastPath):
             conn.close()
         return None
 
-    def give_back(self, conn: Upstream) -> None:
-        conn.idle_since = asyncio.get_running_loop().time()
+    def give_back(self, conn: Upstream, now: float) -> None:
+        conn.idle_since = now
         self.idle[conn.key].append(conn)
 
 
 class Relay:
     """One request relayed upstream and its answer relayed back (an `envreg.http.fastpath.Exchange`)."""
+
+    __slots__ = ("chunked", "client", "head_sent", "keep_alive", "key", "lane", "request", "retried", "reused",
+                 "sandbox", "timer", "upstream")  # fmt: skip
 
     def __init__(self, lane: Lane, sandbox: Any, key: tuple, request: bytes, keep_alive: bool) -> None:
         self.lane = lane
@@ -128,7 +116,7 @@ class Relay:
         self.client = conn
         lane = self.lane
         self.timer = conn.loop.call_later(lane.timeout, self.timed_out)
-        upstream = lane.take(self.key)
+        upstream = lane.take(self.key, conn.loop.time())
         if upstream is None:
             conn.loop.create_task(self.connect())
         else:
@@ -241,7 +229,7 @@ class Relay:
             return
         conn.exchange = None
         if reusable and not conn.closed:
-            self.lane.give_back(conn)
+            self.lane.give_back(conn, self.client.loop.time())
         else:
             conn.close()
 
@@ -253,6 +241,8 @@ class Relay:
 
 class Upstream(asyncio.Protocol):
     """A keep-alive connection to one environment server; httptools parses its answers."""
+
+    __slots__ = ("_body", "_headers", "_length", "closed", "exchange", "idle_since", "key", "parser", "transport")
 
     def __init__(self, key: tuple) -> None:
         self.key = key

@@ -11,10 +11,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 from envreg.env import ToolResult
 from envreg.env.augment import Augmentation
+from envreg.protocol import GENERATION_HEADER
 from envreg.runtime.snapshots import Snapshot
 
 
@@ -80,6 +82,17 @@ class Upstream:
     server_id: str
     generation: int | None = None
     """The server process the sandbox was leased (a recyclable server refuses its others' requests)."""
+
+    @cached_property
+    def post_head(self) -> bytes:
+        """An HTTP/1.1 POST to this server up to its last header line (no CRLF after it): its request
+        line, Host, the server's token and the generation; what the gateway's fast lane sends first."""
+        lines = [f"POST {self.path} HTTP/1.1", f"host: {self.host}:{self.port}"]
+        if self.token:
+            lines.append(f"authorization: Bearer {self.token}")
+        if self.generation is not None:
+            lines.append(f"{GENERATION_HEADER}: {self.generation}")
+        return "\r\n".join(lines).encode()
 
 
 @dataclass(eq=False)
