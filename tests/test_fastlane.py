@@ -323,6 +323,35 @@ async def test_a_server_that_does_not_answer_gets_a_504_naming_the_wait() -> Non
         assert error["error"]["data"] == {"sandbox": route.id, "state": "no answer"}
 
 
+async def test_each_call_gets_its_whole_wait_and_nothing_is_left_waiting() -> None:
+    """One timer serves the lane's deadlines: a call started later than another is not cut short when
+    the earlier one times out, and once both are answered nothing waits and no timer is left."""
+    loop = asyncio.get_running_loop()
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        route = Route("sb_" + secrets.token_hex(8), "tok",
+                      Upstream("127.0.0.1", silent.getsockname()[1], "/mcp", None, "x"))  # fmt: skip
+        async with LanedGateway({route.id: route}, timeout=0.4) as gw:
+
+            waits: list[float] = []
+
+            async def call(delay: float) -> None:
+                await anyio.sleep(delay)
+                async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
+                    sent = loop.time()
+                    await stream.send(raw_call(route, gw.port))
+                    [(status, _)] = await read_answers(stream, 1)
+                assert status == 504
+                waits.append(loop.time() - sent)
+
+            async with anyio.create_task_group() as tg:
+                for delay in (0.0, 0.2):
+                    tg.start_soon(call, delay)
+            assert len(waits) == 2 and min(waits) >= 0.39, waits
+            assert not gw.lane.waiting and gw.lane._sweep is None
+
+
 async def test_a_server_that_is_gone_gets_a_502() -> None:
     with socket.socket() as gone:
         gone.bind(("127.0.0.1", 0))

@@ -47,8 +47,14 @@ class Lane(FastPath):
         self.lookup = lookup
         self.timeout = timeout
         self.idle: dict[tuple, list[Upstream]] = defaultdict(list)
+        self.waiting: set[Relay] = set()
+        """Relays whose answer has not ended, each with its deadline (`Relay.deadline`)."""
+        self._sweep: asyncio.TimerHandle | None = None
 
     def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for conns in self.idle.values():
             for conn in conns:
                 conn.close()
@@ -76,6 +82,22 @@ class Lane(FastPath):
         key = (upstream.server_id, upstream.host, upstream.port)
         return Relay(self, sandbox, key, request, head.keep_alive)
 
+    # deadlines: one timer for the lane, not one set and cancelled per call ---------------------------
+    def watch(self, relay: Relay, loop: asyncio.AbstractEventLoop) -> None:
+        relay.deadline = loop.time() + self.timeout
+        self.waiting.add(relay)
+        if self._sweep is None:
+            self._sweep = loop.call_at(relay.deadline, self._expire, loop)
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Time out the relays past their deadline; wake again at the next one."""
+        self._sweep = None
+        now = loop.time()
+        for relay in [r for r in self.waiting if r.deadline <= now]:
+            relay.timed_out()
+        if self.waiting:
+            self._sweep = loop.call_at(min(r.deadline for r in self.waiting), self._expire, loop)
+
     # upstream connections ----------------------------------------------------------------------
     def take(self, key: tuple, now: float) -> Upstream | None:
         """A pooled connection to `key` that has not idled too long (`now`: the loop's time)."""
@@ -95,8 +117,8 @@ class Lane(FastPath):
 class Relay:
     """One request relayed upstream and its answer relayed back (an `envreg.http.fastpath.Exchange`)."""
 
-    __slots__ = ("chunked", "client", "head_sent", "keep_alive", "key", "lane", "request", "retried", "reused",
-                 "sandbox", "timer", "upstream")  # fmt: skip
+    __slots__ = ("chunked", "client", "deadline", "head_sent", "keep_alive", "key", "lane", "request", "retried",
+                 "reused", "sandbox", "upstream")  # fmt: skip
 
     def __init__(self, lane: Lane, sandbox: Any, key: tuple, request: bytes, keep_alive: bool) -> None:
         self.lane = lane
@@ -110,12 +132,12 @@ class Relay:
         self.chunked = False
         self.retried = False
         self.reused = False
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline = 0.0
 
     def start(self, conn: FastProtocol) -> None:
         self.client = conn
         lane = self.lane
-        self.timer = conn.loop.call_later(lane.timeout, self.timed_out)
+        lane.watch(self, conn.loop)
         upstream = lane.take(self.key, conn.loop.time())
         if upstream is None:
             conn.loop.create_task(self.connect())
@@ -129,7 +151,7 @@ class Relay:
         except OSError as exc:
             self.fail(502, f"sandbox {self.sandbox.id} did not answer: {exc}")
             return
-        if self.client.transport.is_closing() or self.timer is None:
+        if self.client.transport.is_closing() or self not in self.lane.waiting:  # timed out meanwhile
             conn.close()
             return
         self.send(conn, reused=False)
@@ -187,7 +209,7 @@ class Relay:
 
     # the client side ---------------------------------------------------------------------------
     def timed_out(self) -> None:
-        self.timer = None
+        self.lane.waiting.discard(self)
         if self.upstream is not None:
             self.upstream.close()
             self.upstream = None
@@ -234,15 +256,23 @@ class Relay:
             conn.close()
 
     def _stop_timer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        self.lane.waiting.discard(self)
 
 
 class Upstream(asyncio.Protocol):
     """A keep-alive connection to one environment server; httptools parses its answers."""
 
-    __slots__ = ("_body", "_headers", "_length", "closed", "exchange", "idle_since", "key", "parser", "transport")
+    __slots__ = (
+        "_body",
+        "_headers",
+        "_length",
+        "closed",
+        "exchange",
+        "idle_since",
+        "key",
+        "parser",
+        "transport",
+    )
 
     def __init__(self, key: tuple) -> None:
         self.key = key
