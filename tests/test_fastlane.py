@@ -333,7 +333,6 @@ async def test_each_call_gets_its_whole_wait_and_nothing_is_left_waiting() -> No
         route = Route("sb_" + secrets.token_hex(8), "tok",
                       Upstream("127.0.0.1", silent.getsockname()[1], "/mcp", None, "x"))  # fmt: skip
         async with LanedGateway({route.id: route}, timeout=0.4) as gw:
-
             waits: list[float] = []
 
             async def call(delay: float) -> None:
