@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from functools import cached_property
 from typing import Any, TypeVar
 
 import anyio
@@ -90,9 +91,10 @@ class Sandbox:
         self._server_status = server_status
         self._server_noun = server_noun
 
-    @property
+    @cached_property
     def upstream(self) -> Upstream | None:
-        """Where the gateway forwards this sandbox's MCP traffic (None without an agent plane)."""
+        """Where the gateway forwards this sandbox's MCP traffic (None without an agent plane); fixed for
+        the sandbox's life (its server, instance and server process), so made once, with its request head."""
         return self.server.upstream(agent_path(self.instance_id), self.generation)
 
     def renew(self, ttl: float) -> float:
