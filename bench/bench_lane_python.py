@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,16 +86,6 @@ async def measure(runs: int, calls: int, cold: bool) -> list[float]:
     return times
 
 
-@dataclass
-class Route:
-    """What the gateway looks a sandbox up by."""
-
-    id: str
-    token: str
-    upstream: object
-    ended: str | None = None
-
-
 ANSWER = (
     b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"0"}],"isError":false,'
     b'"structuredContent":{"result":0},"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"counter"}}}}'
@@ -106,6 +95,7 @@ ANSWER = (
 async def measure_gateway(runs: int, calls: int, cold: bool) -> list[float]:
     """Microseconds per call relayed by the gateway's fast lane, both ways, each run's, sorted."""
     import uvicorn
+    from bench_gateway import Route
     from bench_runtime import call_request
     from uvicorn.server import ServerState
 
