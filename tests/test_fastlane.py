@@ -29,6 +29,7 @@ from envreg.env.scenario import run_steps
 from envreg.http.client import request as http_request
 from envreg.http.fastpath import FastPath
 from envreg.http.serving import QuietServer
+from envreg.protocol import KEEP_ALIVE_SECONDS
 from envreg.runtime.backends.base import Upstream
 from envreg.runtime.fastlane import Lane
 from envreg.runtime.gateway import Gateway
@@ -119,11 +120,17 @@ class _Answers:
 
     def __init__(self) -> None:
         self.done: list[tuple[int, bytes]] = []
+        self.heads: list[list[tuple[bytes, bytes]]] = []
+        """Each answer's headers, names lowercased."""
         self.parser = httptools.HttpResponseParser(self)
         self._body = b""
 
     def on_message_begin(self) -> None:
         self._body = b""
+        self.heads.append([])
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.heads[-1].append((name.lower(), value))
 
     def on_body(self, body: bytes) -> None:
         self._body += body
@@ -134,10 +141,15 @@ class _Answers:
 
 async def read_answers(stream: anyio.abc.ByteStream, n: int) -> list[tuple[int, bytes]]:
     """`n` HTTP/1.1 answers from a raw connection."""
+    return (await receive(stream, n)).done
+
+
+async def receive(stream: anyio.abc.ByteStream, n: int) -> _Answers:
+    """`n` HTTP/1.1 answers from a raw connection, their headers too."""
     answers = _Answers()
     while len(answers.done) < n:
         answers.parser.feed_data(await stream.receive())
-    return answers.done
+    return answers
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -259,9 +271,10 @@ async def test_a_large_body_leaves_the_lane_and_gets_413(servers) -> None:
 
 
 async def test_the_server_gets_its_own_host_token_and_generation_and_no_hop_by_hop_header() -> None:
-    """What the lane writes upstream, read off the wire: the client's end-to-end headers as sent, the
-    server's Host and token instead of the client's, the generation the gateway pins (a client's own is
-    dropped), no hop-by-hop header, and a Content-Length that frames the body."""
+    """What the lane writes upstream, read off the wire: the client's end-to-end headers, the server's
+    Host and token instead of the client's, the generation the gateway pins (a client's own is dropped),
+    no hop-by-hop header, and a Content-Length that frames the body; and back to the client, the
+    server's headers but its hop-by-hop ones, and the gateway's own keep-alive."""
     received: list[bytes] = []
 
     async def record(stream: anyio.abc.SocketStream) -> None:
@@ -287,7 +300,8 @@ async def test_the_server_gets_its_own_host_token_and_generation_and_no_hop_by_h
         async with LanedGateway({route.id: route}) as gw:
             async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
                 await stream.send(request.replace(b"127.0.0.1:1", b"127.0.0.1:%d" % gw.port))
-                [(status, body)] = await read_answers(stream, 1)
+                answers = await receive(stream, 1)
+                [(status, body)], [answer_headers] = answers.done, answers.heads
             assert gw.lane.calls == 1
         tg.cancel_scope.cancel()
     assert status == 200 and json.loads(body)["id"] == 1
@@ -301,6 +315,13 @@ async def test_the_server_gets_its_own_host_token_and_generation_and_no_hop_by_h
         *[(name.encode(), value.encode()) for name, value in modern_request("tools/call", {"name": "get"})[1].items()],
         (b"mcp-session-id", b"s-1"), (b"x-trace", b"Case-Kept"),
     ])  # fmt: skip
+    assert (b"x-answer", b"kept") in answer_headers and (
+        b"content-type",
+        b"application/json",
+    ) in answer_headers
+    assert [value for name, value in answer_headers if name == b"keep-alive"] == [
+        b"timeout=%d" % KEEP_ALIVE_SECONDS
+    ]
 
 
 async def test_a_server_that_does_not_answer_gets_a_504_naming_the_wait() -> None:

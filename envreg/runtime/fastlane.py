@@ -117,8 +117,20 @@ class Lane(FastPath):
 class Relay:
     """One request relayed upstream and its answer relayed back (an `envreg.http.fastpath.Exchange`)."""
 
-    __slots__ = ("chunked", "client", "deadline", "head_sent", "keep_alive", "key", "lane", "request", "retried",
-                 "reused", "sandbox", "upstream")  # fmt: skip
+    __slots__ = (
+        "chunked",
+        "client",
+        "deadline",
+        "head_sent",
+        "keep_alive",
+        "key",
+        "lane",
+        "request",
+        "retried",
+        "reused",
+        "sandbox",
+        "upstream",
+    )
 
     def __init__(self, lane: Lane, sandbox: Any, key: tuple, request: bytes, keep_alive: bool) -> None:
         self.lane = lane
@@ -202,7 +214,7 @@ class Relay:
             self.client.loop.create_task(self.connect())
             return
         if self.head_sent:
-            self._stop_timer()
+            self._unwatch()
             self.client.finished(False)
         else:
             self.fail(502, f"sandbox {self.sandbox.id} did not answer: {exc or 'connection closed'}")
@@ -223,7 +235,7 @@ class Relay:
 
     def fail(self, status: int, message: str) -> None:
         """A 502 / 504, as a JSON-RPC error when the request was JSON-RPC (`gateway.error_body`)."""
-        self._stop_timer()
+        self._unwatch()
         call = jsonrpc_request(self.request.partition(b"\r\n\r\n")[2])
         body = upstream_error_body(status, message, call, self.sandbox.id)
         self.client.respond(status, body, b"application/json", self.keep_alive)
@@ -231,7 +243,7 @@ class Relay:
 
     def abandon(self) -> None:
         """The client left: drop the upstream connection (its answer is not wanted any more)."""
-        self._stop_timer()
+        self._unwatch()
         if self.upstream is not None:
             self.upstream.close()
             self.upstream = None
@@ -245,7 +257,7 @@ class Relay:
             self.upstream.transport.resume_reading()
 
     def _release(self, reusable: bool) -> None:
-        self._stop_timer()
+        self._unwatch()
         conn, self.upstream = self.upstream, None
         if conn is None:
             return
@@ -255,7 +267,7 @@ class Relay:
         else:
             conn.close()
 
-    def _stop_timer(self) -> None:
+    def _unwatch(self) -> None:
         self.lane.waiting.discard(self)
 
 
