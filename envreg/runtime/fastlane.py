@@ -43,7 +43,7 @@ class Lane(FastPath):
         keep_alive: int = KEEP_ALIVE_SECONDS,
     ) -> None:
         super().__init__(max_body, keep_alive)
-        self.drop = frozenset(NOT_FORWARDED)
+        self.drop = NOT_FORWARDED
         self.lookup = lookup
         self.timeout = timeout
         self.idle: dict[tuple, list[Upstream]] = defaultdict(list)
@@ -221,7 +221,7 @@ class Relay:
 
     # the client side ---------------------------------------------------------------------------
     def timed_out(self) -> None:
-        self.lane.waiting.discard(self)
+        self._unwatch()
         if self.upstream is not None:
             self.upstream.close()
             self.upstream = None

@@ -30,7 +30,7 @@ logger = logging.getLogger("envreg.gateway")
 
 GENERATION = GENERATION_HEADER.encode()
 # Host and Origin were checked here (`AccessGuard`); the environment server sees the gateway as its client
-NOT_FORWARDED = HOP_BY_HOP | {
+NOT_FORWARDED = frozenset(HOP_BY_HOP) | {
     b"host",
     b"authorization",
     b"content-length",
