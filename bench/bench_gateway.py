@@ -18,10 +18,12 @@ import argparse
 import asyncio
 import os
 import secrets
+import shutil
 import statistics
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,12 +108,18 @@ async def main(args: argparse.Namespace) -> None:
     from envreg.runtime.gateway import Gateway
 
     agent_token = secrets.token_urlsafe(16)
-    server = EnvServerProcess(str(ROOT / "tests/fixtures/counter"), extra=["--agent-token", agent_token])
+    folder = Path(tempfile.mkdtemp(prefix="envreg-bench-"))
+    agent_socket = str(folder / "agent.sock")
+    server = EnvServerProcess(str(ROOT / "tests/fixtures/counter"),
+                              extra=["--agent-token", agent_token, "--agent-socket", agent_socket])  # fmt: skip
     server.start()
     try:
-        route = Route("sb_" + secrets.token_hex(8), secrets.token_urlsafe(24),
-                      Upstream("127.0.0.1", server.port, "/mcp", agent_token, "bench"))  # fmt: skip
-        lookup = {route.id: route}.get
+        tcp = Upstream("127.0.0.1", server.port, "/mcp", agent_token, "bench")
+        route = Route("sb_" + secrets.token_hex(8), secrets.token_urlsafe(24), tcp)
+        unix = Route(
+            "sb_" + secrets.token_hex(8), secrets.token_urlsafe(24), replace(tcp, socket=agent_socket)
+        )
+        lookup = {route.id: route, unix.id: unix}.get
         async with httpx2.AsyncClient() as http:
             asgi = Gateway(lookup, http)
             lane = Lane(lookup)
@@ -126,7 +134,8 @@ async def main(args: argparse.Namespace) -> None:
                 "direct": (server.port, "/mcp", agent_token),
                 "bytes relayed, nothing read": (splice_port, "/mcp", agent_token),
                 "gateway, ASGI only (before)": (asgi_port, f"/sandboxes/{route.id}/mcp", route.token),
-                "gateway, fast lane (now)": (lane_port, f"/sandboxes/{route.id}/mcp", route.token),
+                "gateway, fast lane, TCP": (lane_port, f"/sandboxes/{route.id}/mcp", route.token),
+                "gateway, fast lane, Unix": (lane_port, f"/sandboxes/{unix.id}/mcp", unix.token),
             }
             results: dict[str, list[float]] = {name: [] for name in paths}
             cpu: dict[str, float] = dict.fromkeys(paths, 0.0)
@@ -138,9 +147,10 @@ async def main(args: argparse.Namespace) -> None:
                     assert out["errors"] == 0, out
                     results[name] += out["lat"]
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-            assert lane.calls >= args.rounds * args.calls, "the lane did not take the calls"
+            assert lane.calls >= 2 * args.rounds * args.calls, "the lane did not take the calls"
     finally:
         server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
     direct = statistics.median(results["direct"])
     print(f"\nsequential tools/call (counter `get`), {args.rounds} x {args.calls} calls per path, "
           f"1 keep-alive connection, client in its own process; loop: {'uvloop' if args.uvloop else 'asyncio'}")  # fmt: skip

@@ -12,7 +12,9 @@ Sections (all on the environment image `--env`, default `calendar`, trivial tool
      acquires are timed. Each acquire is followed by a first tool call (`sb.call_tool`, direct).
   2. tool-call latency through the gateway vs straight to the sandbox's agent plane (container IP on
      the runtime's internal network), sequential keep-alive calls from a separate client process
-     (the gateway runs in this process's event loop; a client here would compete with it).
+     (the gateway runs in this process's event loop; a client here would compete with it). Where the
+     gateway reaches containers on their Unix sockets (a root runtime, a local engine), also straight
+     to that socket, and the lane with its upstream on the port as before.
   3. snapshot / restore of a ~1 MB state (the calendar seed plus generated contacts, a valid state)
      on the local, instance and container tiers; fork x8 from it, with warm pools and cold.
   4. the most sandboxes held at once (instance tier, container tier), one tool call on each,
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -37,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +102,11 @@ async def client_main(spec: dict) -> dict:
     """Sequential keep-alive calls with bench_server's raw-socket client; latencies of the timed ones."""
     from bench_server import HttpConn, client_cpu
 
-    reader, writer = await asyncio.open_connection(spec["host"], spec["port"])
-    writer.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if spec.get("unix"):
+        reader, writer = await asyncio.open_unix_connection(spec["unix"])
+    else:
+        reader, writer = await asyncio.open_connection(spec["host"], spec["port"])
+        writer.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     conn = HttpConn(
         reader,
         writer,
@@ -126,12 +133,20 @@ async def client_main(spec: dict) -> dict:
 
 
 async def run_client(
-    host: str, port: int, path: str, token: str, tool: str, arguments: dict, calls: int
+    host: str,
+    port: int,
+    path: str,
+    token: str,
+    tool: str,
+    arguments: dict,
+    calls: int,
+    unix: str | None = None,
 ) -> dict:
+    """`calls` timed calls from a client process, to `host`:`port` (or the Unix socket `unix`)."""
     import anyio
 
     spec = {"host": host, "port": port, "path": path, "token": token, "tool": tool,
-            "arguments": arguments, "calls": calls, "warmup": max(50, calls // 10)}  # fmt: skip
+            "arguments": arguments, "calls": calls, "warmup": max(50, calls // 10), "unix": unix}  # fmt: skip
     done = await anyio.run_process([sys.executable, __file__, "--client", json.dumps(spec)], check=False)
     if done.returncode != 0:
         raise RuntimeError(f"client exited {done.returncode}: {done.stderr.decode()[-2000:]}")
@@ -287,6 +302,18 @@ async def asgi_gateway(rt: Any) -> tuple[Any, int]:
     return server, server.servers[0].sockets[0].getsockname()[1]
 
 
+@contextlib.contextmanager
+def upstream_on_port(sb: Any) -> Iterator[None]:
+    """The sandbox routed without its Unix socket meanwhile: the gateway's lane reaches it on its port."""
+    kept, sb.server.agent_socket = sb.server.agent_socket, None
+    sb.__dict__.pop("upstream", None)  # (a cached property)
+    try:
+        yield
+    finally:
+        sb.server.agent_socket = kept
+        sb.__dict__.pop("upstream", None)
+
+
 async def bench_gateway(args: argparse.Namespace, R: dict) -> None:
     tool, arguments = TOOLS[args.env]
     rows = []
@@ -295,14 +322,20 @@ async def bench_gateway(args: argparse.Namespace, R: dict) -> None:
             sb = await rt.sandbox(args.image, isolation=tier)
             asgi, asgi_port = await asgi_gateway(rt)
             gw_host, gw_port = rt.gateway_url.removeprefix("http://").rsplit(":", 1)
+            up, lane = sb.upstream, f"/sandboxes/{sb.id}/mcp"
+            paths = [  # name, host, port, path, token, Unix socket, the lane's upstream on the port
+                ("direct", up.host, up.port, up.path, up.token, None, False),
+                ("gateway, ASGI (before)", "127.0.0.1", asgi_port, lane, sb.token, None, False),
+                ("gateway, fast lane", gw_host, int(gw_port), lane, sb.token, None, False),
+            ]
+            if up.socket:  # the lane reaches the container on its Unix socket: also measured on its port
+                paths[2:2] = [("direct, its Unix socket", up.host, up.port, up.path, up.token, up.socket, False),
+                              ("gateway, fast lane, TCP upstream", gw_host, int(gw_port), lane, sb.token, None, True)]  # fmt: skip
             for _ in range(args.gateway_rounds):  # alternate, so that load on the machine hits all alike
-                for path_name, host, port, path, token in (
-                    ("direct", sb.upstream.host, sb.upstream.port, sb.upstream.path, sb.upstream.token),
-                    ("gateway, ASGI (before)", "127.0.0.1", asgi_port, f"/sandboxes/{sb.id}/mcp", sb.token),
-                    ("gateway, fast lane", gw_host, int(gw_port), f"/sandboxes/{sb.id}/mcp", sb.token),
-                ):
+                for path_name, host, port, path, token, unix, on_port in paths:
                     log(f"gateway: {args.calls} calls, {tier} tier, {path_name}")
-                    r = await run_client(host, port, path, token, tool, arguments, args.calls)
+                    with upstream_on_port(sb) if on_port else contextlib.nullcontext():
+                        r = await run_client(host, port, path, token, tool, arguments, args.calls, unix)
                     rows.append((tier, path_name, r))
             asgi.should_exit = True
             await sb.close()
@@ -594,7 +627,8 @@ def report(args: argparse.Namespace, R: dict) -> None:
         console.print(t)
         console.print("direct = the sandbox's agent plane at <container IP>:8000 on the runtime's internal "
                       "network; gateway = rt.gateway_url/sandboxes/<id>/mcp with the sandbox's bearer token "
-                      "(runs in the benchmark process's event loop)")  # fmt: skip
+                      "(runs in the benchmark process's event loop); the fast lane reaches the container on its "
+                      "Unix socket where it has one (`docker_sockets`)")  # fmt: skip
 
     if "stateplane" in R:
         t = Table(title=f"3. Snapshot / restore / fork x8 of a {R['state_bytes'] / 1e6:.2f} MB calendar state "

@@ -22,6 +22,11 @@ ENV_TOKEN = "ENVREG_TOKEN"
 """Environment variable holding the control plane's bearer token inside an image."""
 ENV_AGENT_TOKEN = "ENVREG_AGENT_TOKEN"
 """Environment variable holding the agent plane's secret inside an image (only the gateway knows it)."""
+ENV_AGENT_SOCKET = "ENVREG_AGENT_SOCKET"
+"""Environment variable: also serve the agent plane on a Unix socket at this path (the gateway's way into a
+sandbox container, through a folder the host shares with it alone)."""
+AGENT_SOCKET_DIR = "/run/envreg"
+"""Where a sandbox container sees that folder; its server's socket is `agent.sock` in it."""
 ENV_RECYCLE = "ENVREG_RECYCLE"
 """Set to 1 in an image: the server can be recycled (`POST /recycle`: a fresh process, see `envreg.server.recycle`)."""
 GENERATION_HEADER = "x-envreg-generation"
@@ -79,6 +84,7 @@ DEFAULT_GRACE = 30.0
 
 __all__ = [
     "AGENT_PORT",
+    "AGENT_SOCKET_DIR",
     "CONTROL_PORT",
     "DEFAULT_GRACE",
     "DEFAULT_INSTANCE",

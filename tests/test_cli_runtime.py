@@ -122,11 +122,15 @@ def test_gc_removes_what_a_killed_runtime_left(tmp_path: Path) -> None:
     assert "gc removes them from" in within_grace.stdout and "--grace 0" in within_grace.stdout
     assert "nothing to remove" not in within_grace.stdout
     assert len(docker_ids("container", label)) == 5
+    folder = Path(f"/dev/shm/envreg-0/{runtime}")  # its containers' agent-socket folders (a root runtime's)
+    assert os.geteuid() != 0 or len(os.listdir(folder)) == 4
     result = envreg(tmp_path, "gc", "--grace", "0")
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("removed container") >= 5 and "removed network" in result.stdout
     assert docker_ids("container", label) == []
     assert docker_ids("network", label) == []
+    assert not folder.exists()
+    assert os.geteuid() != 0 or f"removed socket folder {folder}" in result.stdout
     again = envreg(tmp_path, "gc", "--grace", "0")  # nothing of that runtime is left to remove
     assert again.returncode == 0 and label.split("=")[1] not in again.stdout
 

@@ -48,13 +48,16 @@ class Route:
 
 
 @pytest.fixture(scope="module")
-def servers():
+def servers(tmp_path_factory: pytest.TempPathFactory):
     token = secrets.token_urlsafe(12)
+    socket = tmp_path_factory.mktemp("counter") / "agent.sock"  # the counter also serves on a Unix socket
     # one argument: a urlsafe token may begin with "-", which argparse would take for an option
     started = {
-        name: EnvServerProcess(name, extra=[f"--agent-token={token}"]).start()
-        for name in (COUNTER, "calendar")
+        COUNTER: EnvServerProcess(COUNTER, extra=[f"--agent-token={token}", f"--agent-socket={socket}"]),
+        "calendar": EnvServerProcess("calendar", extra=[f"--agent-token={token}"]),
     }
+    for server in started.values():
+        server.start()
     yield token, started
     stop_all(started.values())
 
@@ -416,3 +419,29 @@ async def test_a_client_that_leaves_mid_call_leaves_nothing_behind(servers) -> N
             [(status, _)] = await read_answers(stream, 1)
         assert status == 200
         assert sum(len(c) for c in gw.lane.idle.values()) <= 2
+
+
+async def test_a_server_with_a_unix_socket_is_reached_on_it(servers, tmp_path) -> None:
+    token, started = servers
+    counter = started[COUNTER]
+    [path] = [arg.split("=", 1)[1] for arg in counter.extra if arg.startswith("--agent-socket=")]
+    closed = socket.create_server(("127.0.0.1", 0))  # a port nobody answers on: TCP would be a 502
+    port = closed.getsockname()[1]
+    closed.close()
+    route = Route("sb_" + secrets.token_hex(8), secrets.token_urlsafe(16),
+                  Upstream("127.0.0.1", port, "/mcp", token, "srv", socket=path))  # fmt: skip
+    gone = Route("sb_" + secrets.token_hex(8), secrets.token_urlsafe(16),
+                 Upstream("127.0.0.1", counter.port, "/mcp", token, "srv", socket=str(tmp_path / "no.sock")))  # fmt: skip
+    async with LanedGateway({route.id: route, gone.id: gone}) as gw:
+        async with await anyio.connect_tcp("127.0.0.1", gw.port) as stream:
+            for rid in (1, 2):
+                await stream.send(raw_call(route, gw.port, rid=rid))
+                [(status, body)] = await read_answers(stream, 1)
+                assert status == 200 and json.loads(body)["id"] == rid
+            await stream.send(raw_call(gone, gw.port, rid=3))
+            [(status, body)] = await read_answers(stream, 1)
+        assert gw.lane.calls == 3
+        [key] = [k for k, conns in gw.lane.idle.items() if conns]  # one pooled connection, on the socket
+        assert key[-1] == path
+    assert status == 502 and "no.sock" not in body.decode()  # the gateway's error, not the host's paths
+    assert f"sandbox {gone.id} did not answer" in json.loads(body)["error"]["message"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import time
+from pathlib import Path
 
 import anyio
 import docker
@@ -244,3 +247,33 @@ async def test_close_removes_the_network_even_with_an_endpoint_left_on_it() -> N
     finally:
         stranger.remove(force=True)
         client.close()
+
+
+async def test_the_gateway_reaches_a_container_on_its_own_sealed_socket() -> None:
+    engine = docker.from_env()
+    async with Runtime() as rt:
+        first = await rt.sandbox("calendar", isolation="container")
+        second = await rt.sandbox("calendar", isolation="container")
+        folders = []
+        for sb in (first, second):
+            assert sb.server.agent_socket is not None, (
+                "no agent socket: is this runtime root on a local engine?"
+            )
+            folder = Path(sb.server.agent_socket).parent
+            attrs = engine.containers.get(sb.server.id).attrs
+            assert folder == Path(f"/dev/shm/envreg-0/{rt.id}/{attrs['Config']['Labels']['io.envreg.lease']}")
+            assert attrs["HostConfig"]["Binds"] == [f"{folder}:/run/envreg:rw"]  # its folder, and only its
+            assert stat.S_IMODE(folder.stat().st_mode) == 0o555 and os.listdir(folder) == ["agent.sock"]
+            touched = engine.containers.get(sb.server.id).exec_run("touch /run/envreg/x", user="65534:65534")
+            assert touched.exit_code != 0 and b"Permission denied" in touched.output  # sealed
+            folders.append(folder)
+        assert folders[0] != folders[1]
+        async with mcp_client(first.mcp_url, "2026-07-28", token=first.token) as client:
+            result = await client.call_tool("list_calendars", {})
+        assert not result.is_error
+        assert rt._lane is not None and [k[-1] for k, conns in rt._lane.idle.items() if conns] == [
+            str(folders[0] / "agent.sock")
+        ]  # the lane's pooled connection is on the socket
+        await first.close()
+        assert not folders[0].exists() and folders[1].exists()  # removed with its container
+    assert not folders[1].exists() and not Path(f"/dev/shm/envreg-0/{rt.id}").exists()

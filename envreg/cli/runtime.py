@@ -549,7 +549,7 @@ def gc(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Remove envreg containers and networks whose runtime has ended (or whose hard expiry passed).
+    """Remove envreg containers, networks and socket folders whose runtime has ended (or whose hard expiry passed).
 
     A runtime is alive while its keeper container runs: the keeper exits when the runtime's connection
     to the engine closes, wherever that runtime runs (this host, another container, another host).
@@ -569,6 +569,8 @@ def gc(
             print(f"{verb} container {name}")
         for name in garbage.networks:
             print(f"{verb} network {name}")
+        for path in garbage.folders:
+            print(f"{verb} socket folder {path}")
         for name in garbage.rules:
             print(f"removed the firewall rule of network {name} (the network was already gone)")
         for k in garbage.kept:
@@ -577,7 +579,14 @@ def gc(
                 f"kept {k.containers} container(s) and {k.networks} network(s) of runtime {k.runtime}: it ended "
                 f"less than {grace:g} s ago; gc removes them from {when} (`envreg gc --grace 0`: now)"
             )
-        if not (garbage.containers or garbage.networks or garbage.rules or garbage.kept or garbage.stuck):
+        if not (
+            garbage.containers
+            or garbage.networks
+            or garbage.folders
+            or garbage.rules
+            or garbage.kept
+            or garbage.stuck
+        ):
             print("nothing to remove")
         elif garbage.containers or garbage.networks:
             err.print(f"{verb} {len(garbage.containers)} container(s) and {len(garbage.networks)} network(s)")

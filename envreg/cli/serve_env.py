@@ -45,6 +45,13 @@ def serve_env(
             show_default=False,
         ),
     ] = None,
+    agent_socket: Annotated[
+        str | None,
+        typer.Option(
+            help="Also serve the agent plane on a Unix socket at this path (default: $ENVREG_AGENT_SOCKET).",
+            show_default=False,
+        ),
+    ] = None,
     max_sessions: Annotated[
         int | None,
         typer.Option(
@@ -66,7 +73,7 @@ def serve_env(
     """Serve an environment over MCP streamable HTTP, with a token-protected control plane.
 
     Images run the same server through `python -m envreg.server`, which starts without the CLI."""
-    from envreg.protocol import ENV_AGENT_TOKEN, ENV_TOKEN
+    from envreg.protocol import ENV_AGENT_SOCKET, ENV_AGENT_TOKEN, ENV_TOKEN
     from envreg.server.app import ServerConfig, serve
     from envreg.server.listen import LISTEN_EXIT, CannotListen
 
@@ -85,6 +92,7 @@ def serve_env(
         fast_path=fast_path,
         preload_sdk=preload_sdk,
         agent_token=agent_token or os.environ.get(ENV_AGENT_TOKEN) or None,
+        agent_socket=agent_socket or os.environ.get(ENV_AGENT_SOCKET) or None,
         max_sessions=max_sessions,
         max_sessions_per_instance=max_sessions_per_instance,
         session_idle_timeout=session_idle_timeout,

@@ -79,7 +79,7 @@ class Lane(FastPath):
         request = b"\r\n".join(
             [upstream.post_head, *head.others, b"content-length: %d" % len(body), b"", body]
         )
-        key = (upstream.server_id, upstream.host, upstream.port)
+        key = (upstream.server_id, upstream.host, upstream.port, upstream.socket)
         return Relay(self, sandbox, key, request, head.keep_alive)
 
     # deadlines: one timer for the lane, not one set and cancelled per call ---------------------------
@@ -157,9 +157,13 @@ class Relay:
             self.send(upstream, reused=True)
 
     async def connect(self) -> None:
-        _, host, port = self.key
+        _, host, port, path = self.key
+        loop = self.client.loop
         try:
-            _, conn = await self.client.loop.create_connection(lambda: Upstream(self.key), host, port)
+            if path is None:
+                _, conn = await loop.create_connection(lambda: Upstream(self.key), host, port)
+            else:
+                _, conn = await loop.create_unix_connection(lambda: Upstream(self.key), path)
         except OSError as exc:
             self.fail(502, f"sandbox {self.sandbox.id} did not answer: {exc}")
             return

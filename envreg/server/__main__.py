@@ -16,6 +16,7 @@ from envreg.config import startup_trace
 from envreg.protocol import (
     AGENT_PORT,
     CONTROL_PORT,
+    ENV_AGENT_SOCKET,
     ENV_AGENT_TOKEN,
     ENV_RECYCLE,
     ENV_TOKEN,
@@ -51,6 +52,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--preload-sdk", action="store_true", help="Import the mcp SDK at start.")
     p.add_argument(
         "--agent-token", help=f"Bearer token required on the agent plane (default: ${ENV_AGENT_TOKEN})."
+    )
+    p.add_argument(
+        "--agent-socket",
+        help=f"Also serve the agent plane on a Unix socket at this path (default: ${ENV_AGENT_SOCKET}).",
     )
     p.add_argument(
         "--max-sessions",
@@ -114,6 +119,7 @@ def _serve(args: argparse.Namespace, token: str) -> int:
         fast_path=args.fast_path,
         preload_sdk=args.preload_sdk,
         agent_token=args.agent_token or os.environ.get(ENV_AGENT_TOKEN) or None,
+        agent_socket=args.agent_socket or os.environ.get(ENV_AGENT_SOCKET) or None,
         recyclable=os.environ.get(ENV_RECYCLE) == "1",
         max_sessions=args.max_sessions,
         max_sessions_per_instance=args.max_sessions_per_instance,
@@ -129,6 +135,7 @@ def _serve(args: argparse.Namespace, token: str) -> int:
             lambda sockets, generation: serve(replace(config, generation=generation), env, on_ready, sockets),
             args.host,
             (args.port, args.control_port),
+            config.agent_socket,
         )
     serve(config, env, on_ready)
     return 0

@@ -48,6 +48,9 @@ class ServerConfig:
     fast_path: bool = True
     preload_sdk: bool = False
     agent_token: str | None = None
+    agent_socket: str | None = None
+    """Also serve the agent plane on a Unix socket at this path (`listen_unix`): the gateway's shorter way
+    to a sandbox container (a folder the host shares with it), beside the port."""
     recyclable: bool = False
     """`POST /recycle` ends the process asking for a fresh one (under `envreg.server.recycle`)."""
     generation: int = 0
@@ -148,7 +151,8 @@ async def serve_async(
     env: Environment | None = None,
     stop: SignalStop | None = None,
 ) -> None:
-    """Serve both planes on `sockets` (agent then control, listening) until cancelled, or until `stop`
+    """Serve both planes on `sockets` (agent then control, listening; any after them serve the agent plane
+    too: its Unix socket) until cancelled, or until `stop`
     catches a signal (both planes then stop at once). Embedded (no `stop`), it leaves signals to its host."""
     import uvicorn
 
@@ -182,9 +186,9 @@ async def serve_async(
         for s in servers:
             stop.add(s)
 
-    async def run(s: uvicorn.Server, sock: socket.socket) -> None:
+    async def run(s: uvicorn.Server, listening: list[socket.socket]) -> None:
         try:
-            await s.serve([sock])
+            await s.serve(listening)
         finally:
             for other in servers:
                 other.should_exit = True
@@ -198,8 +202,8 @@ async def serve_async(
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_sdk)
         async with anyio.create_task_group() as planes:
-            for s, sock in zip(servers, sockets, strict=True):
-                planes.start_soon(run, s, sock)
+            planes.start_soon(run, agent, [sockets[0], *sockets[2:]])
+            planes.start_soon(run, control, [sockets[1]])
             if ready is not None:
                 while not all(s.started for s in servers):
                     await anyio.sleep(0.002)
@@ -225,7 +229,7 @@ def serve(
     if not is_loopback(config.host):
         logger.warning("serving on %s: reachable beyond this machine's loopback", config.host)
 
-    sockets = sockets or listen_all(config.host, (config.port, config.control_port))
+    sockets = sockets or listen_all(config.host, (config.port, config.control_port), config.agent_socket)
 
     async def main(stop: SignalStop) -> None:
         ready = anyio.Event()

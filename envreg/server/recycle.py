@@ -206,11 +206,14 @@ def _exit_for_recycle() -> None:
 
 
 def serve_recyclable(
-    serve_child: Callable[[list[socket.socket], int], None], host: str, ports: tuple[int, ...]
+    serve_child: Callable[[list[socket.socket], int], None],
+    host: str,
+    ports: tuple[int, ...],
+    agent_socket: str | None = None,
 ) -> int:
     """Fork children running `serve_child(sockets, generation)`, one after the other, while they end
     for a recycle; returns the exit status of the first that ends otherwise (128 + N for signal N)."""
-    sockets = listen_all(host, ports)  # before any child is forked
+    sockets = listen_all(host, ports, agent_socket)  # before any child is forked
     child = generation = stopping = 0
     become_subreaper()
     shm = shared_memory()

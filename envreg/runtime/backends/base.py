@@ -82,6 +82,8 @@ class Upstream:
     server_id: str
     generation: int | None = None
     """The server process the sandbox was leased (a recyclable server refuses its others' requests)."""
+    socket: str | None = None
+    """A Unix socket the server's agent plane also listens on: the fast lane's way in when there is one."""
 
     @cached_property
     def post_head(self) -> bytes:
@@ -106,6 +108,8 @@ class Server:
     agent_address: tuple[str, int] | None = None
     """Host and port of its MCP agent plane; None for in-process servers (no MCP URL)."""
     agent_token: str | None = None
+    agent_socket: str | None = None
+    """A Unix socket serving its agent plane too, on this machine (`Upstream.socket`)."""
     handle: Any = None
     """Backend-private (a Docker container, an `InstanceStore`, an actor handle)."""
     instances: set[str] = field(default_factory=set)
@@ -120,7 +124,7 @@ class Server:
         if self.agent_address is None:
             return None
         host, port = self.agent_address
-        return Upstream(host, port, path, self.agent_token, self.id, generation)
+        return Upstream(host, port, path, self.agent_token, self.id, generation, self.agent_socket)
 
 
 class Backend(abc.ABC):

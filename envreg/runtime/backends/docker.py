@@ -27,7 +27,9 @@ from envreg.docker_engine import docker_client, engine_errors
 from envreg.errors import BadRequest, EngineError, SandboxGone, UpstreamError
 from envreg.protocol import (
     AGENT_PORT,
+    AGENT_SOCKET_DIR,
     CONTROL_PORT,
+    ENV_AGENT_SOCKET,
     ENV_AGENT_TOKEN,
     ENV_RECYCLE,
     ENV_TOKEN,
@@ -42,6 +44,7 @@ from envreg.protocol import (
 from envreg.runtime.backends.base import Backend, EnvSpec, Server
 from envreg.runtime.backends.docker_keeper import Keeper
 from envreg.runtime.backends.docker_network import PhantomEndpoint, create_network, remove_network
+from envreg.runtime.backends.docker_sockets import SOCKET_NAME, SocketFolders, seal, socket_root
 from envreg.runtime.client import EnvClient
 from envreg.runtime.images import environment_labels, resolve_image
 
@@ -52,6 +55,8 @@ STATUS_POLL = 0.25
 health being polled every `READY_POLL`: a status read is an inspect call, which costs dockerd far more CPU
 than a refused connection costs this process; read at every poll, a start of 0.5-1 s made 25-50 of them."""
 logger = logging.getLogger("envreg.runtime")
+LOCAL_ENGINE = "http+docker://localhost"
+"""The Docker SDK's base URL for an engine on this machine's Unix socket: it can mount this machine's folders."""
 CONCURRENT_STARTS = 8  # more only thrash the CPUs
 CONCURRENT_REMOVALS = 4  # fifty at once is where Docker 20.10 leaks network endpoints
 _NAME = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -105,6 +110,8 @@ class DockerBackend(Backend):
         self.client: Any = None
         self.network: Any = None
         self.keeper: Keeper | None = None
+        self.sockets: SocketFolders | None = None
+        """Where containers' agent sockets are (`docker_sockets`); None: each is reached on its port."""
         self.started_names: set[str] = set()  # every container this runtime started, by name
         self._removals: dict[
             str, threading.Event
@@ -120,6 +127,8 @@ class DockerBackend(Backend):
         async with self._setup_lock:
             if self.client is None:
                 self.client = await anyio.to_thread.run_sync(docker_client)
+                root = socket_root() if self.client.api.base_url == LOCAL_ENGINE else None
+                self.sockets = SocketFolders(root, self.runtime_id) if root is not None else None
                 if self._on_death is not None:
                     self._pump_events(self._on_death)
 
@@ -155,6 +164,9 @@ class DockerBackend(Backend):
             server = await anyio.to_thread.run_sync(self._run, spec, dedicated)
             try:
                 await self._wait_ready(server)
+                if self.sockets is not None:
+                    folder = self.sockets.path(server.handle.labels[LEASE_LABEL])
+                    server.agent_socket = await anyio.to_thread.run_sync(seal, folder)
             except BaseException:  # a cancelled start too: nobody will ever release this container
                 with anyio.CancelScope(shield=True):
                     await self.stop(server)
@@ -172,28 +184,37 @@ class DockerBackend(Backend):
         }
         name = f"envreg-{spec.name}-{lease[3:]}"
         self.started_names.add(name)
-        with engine_errors(f"starting {spec.name} ({spec.key[:19]})"):
-            container = self.client.containers.run(
-                spec.key,
-                detach=True,
-                name=name,
-                environment={
-                    ENV_TOKEN: token,
-                    ENV_AGENT_TOKEN: agent_token,
-                    **({ENV_RECYCLE: "1"} if self.recyclable and dedicated else {}),
-                },
-                labels=labels,
-                network=self.network_name,
-                user="65534:65534",
-                read_only=True,
-                tmpfs={"/tmp": self.limits.tmpfs},
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges:true"],
-                pids_limit=self.limits.pids,
-                mem_limit=self.limits.memory,
-                nano_cpus=int(self.limits.cpus * 1e9),
-            )
-            container.reload()
+        environment = {ENV_TOKEN: token, ENV_AGENT_TOKEN: agent_token}
+        if self.recyclable and dedicated:
+            environment[ENV_RECYCLE] = "1"
+        volumes = None
+        if self.sockets is not None:  # the container's own folder, for its agent socket
+            volumes = {str(self.sockets.make(lease)): {"bind": AGENT_SOCKET_DIR, "mode": "rw"}}
+            environment[ENV_AGENT_SOCKET] = f"{AGENT_SOCKET_DIR}/{SOCKET_NAME}"
+        try:
+            with engine_errors(f"starting {spec.name} ({spec.key[:19]})"):
+                container = self.client.containers.run(
+                    spec.key,
+                    detach=True,
+                    name=name,
+                    environment=environment,
+                    volumes=volumes,
+                    labels=labels,
+                    network=self.network_name,
+                    user="65534:65534",
+                    read_only=True,
+                    tmpfs={"/tmp": self.limits.tmpfs},
+                    cap_drop=["ALL"],
+                    security_opt=["no-new-privileges:true"],
+                    pids_limit=self.limits.pids,
+                    mem_limit=self.limits.memory,
+                    nano_cpus=int(self.limits.cpus * 1e9),
+                )
+                container.reload()
+        except BaseException:
+            if self.sockets is not None:
+                self.sockets.remove(lease)
+            raise
         ip = container.attrs["NetworkSettings"]["Networks"][self.network_name]["IPAddress"]
         client = EnvClient(
             self.http, f"http://{ip}:{AGENT_PORT}", f"http://{ip}:{CONTROL_PORT}", token, agent_token
@@ -297,6 +318,8 @@ class DockerBackend(Backend):
                     f"removing container {container.short_id}: {exc.explanation or exc}"
                 ) from None
         finally:
+            if self.sockets is not None and LEASE_LABEL in container.labels:
+                self.sockets.remove(container.labels[LEASE_LABEL])
             done.set()
             with self._removals_lock:
                 self._removals.pop(container.id, None)
@@ -378,6 +401,8 @@ class DockerBackend(Backend):
                 sweep()
         except PhantomEndpoint as exc:  # it holds nothing: say so, and leave it to the engine's restart
             logger.warning("%s (%s)", exc, exc.hint)
+        if self.sockets is not None:
+            self.sockets.close()
         self.client.close()
         self.client = None
 

@@ -189,6 +189,7 @@ class Garbage:
 
     containers: list[str] = field(default_factory=list)
     networks: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)  # the agent-socket folders of ended runtimes (as root)
     rules: list[str] = field(default_factory=list)  # firewall rules whose network was already gone
     kept: list[Kept] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # one line each: what, and why not
@@ -205,6 +206,7 @@ def collect_garbage(
     import docker.errors
 
     from envreg.runtime.backends.docker_network import PhantomEndpoint, remove_network, remove_orphan_rules
+    from envreg.runtime.backends.docker_sockets import collect, socket_root
 
     now = time.time()  # before any listing: what a runtime makes from here on is newer than `now`, and kept
     liveness = Liveness.read(client, now)
@@ -258,6 +260,11 @@ def collect_garbage(
                 garbage.failed.append(f"network {network.name} and its firewall rule: {exc}")
                 continue
         garbage.networks.append(network.name)
+    garbage.folders = collect(
+        socket_root(),
+        lambda runtime, created: not everything and liveness.owned_until(runtime, created, grace) > now,
+        dry_run,
+    )
     if not dry_run:
         alive = {n.name for n in client.networks.list(filters={"label": f"{MANAGED_LABEL}=true"})}
         garbage.rules = remove_orphan_rules(alive)
