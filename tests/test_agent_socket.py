@@ -126,9 +126,15 @@ def test_a_sealed_folder_is_trusted_only_for_a_socket(tmp_path: Path) -> None:
         folder = folders.make(lease)
         assert stat.S_IMODE(folder.stat().st_mode) == 0o777
         make(folder / SOCKET_NAME)
+        (folder / "kept-for-the-next-sandbox").mkdir()  # what a container made there goes at the seal
+        (folder / "kept-for-the-next-sandbox" / "state.json").write_text("{}")
+        (folder / "note").write_text("")
+        (folder / "away").symlink_to(tmp_path)  # (removed, never followed)
         found = seal(folder)
         assert stat.S_IMODE(folder.stat().st_mode) == 0o555
         assert found == (str(folder / SOCKET_NAME) if lease == "socket" else None), lease
+        assert os.listdir(folder) == ([] if lease == "nothing" else [SOCKET_NAME]), lease
+    assert real.exists() and (tmp_path / "rt_test").exists()
     host.close()
     folders.remove("socket")
     assert not (tmp_path / "rt_test" / "socket").exists()
@@ -159,9 +165,9 @@ def test_a_sealed_folder_cannot_be_changed_by_its_container_user() -> None:
 
         assert as_nobody(SOCKET_NAME) == ["wrote", "wrote"]  # the container's user can bind there...
         assert seal(folder) == str(folder / SOCKET_NAME)
-        os.unlink(folder / "file")  # (its owner still can change it)
+        assert os.listdir(folder) == [SOCKET_NAME]  # (the file it wrote is gone)
         assert as_nobody("other.sock") == ["refused", "refused"]  # ...until the folder is sealed
-        assert sorted(os.listdir(folder)) == [SOCKET_NAME]
+        assert os.listdir(folder) == [SOCKET_NAME]
     finally:
         shutil.rmtree(base)
 

@@ -127,10 +127,16 @@ class DockerBackend(Backend):
         async with self._setup_lock:
             if self.client is None:
                 self.client = await anyio.to_thread.run_sync(docker_client)
-                root = socket_root() if self.client.api.base_url == LOCAL_ENGINE else None
+                root = socket_root() if await anyio.to_thread.run_sync(self._shares_folders) else None
                 self.sockets = SocketFolders(root, self.runtime_id) if root is not None else None
                 if self._on_death is not None:
                     self._pump_events(self._on_death)
+
+    def _shares_folders(self) -> bool:
+        """Whether the engine runs on this machine, seeing its folders (not Docker Desktop's VM)."""
+        return self.client.api.base_url == LOCAL_ENGINE and self.client.info().get("OperatingSystem") != (
+            "Docker Desktop"
+        )
 
     async def _ensure_keeper(self, image: str) -> None:
         """The keeper, then the network: the runtime counts as alive (`envreg gc`) before it owns anything."""
@@ -189,8 +195,11 @@ class DockerBackend(Backend):
             environment[ENV_RECYCLE] = "1"
         volumes = None
         if self.sockets is not None:  # the container's own folder, for its agent socket
-            volumes = {str(self.sockets.make(lease)): {"bind": AGENT_SOCKET_DIR, "mode": "rw"}}
-            environment[ENV_AGENT_SOCKET] = f"{AGENT_SOCKET_DIR}/{SOCKET_NAME}"
+            try:
+                volumes = {str(self.sockets.make(lease)): {"bind": AGENT_SOCKET_DIR, "mode": "rw"}}
+                environment[ENV_AGENT_SOCKET] = f"{AGENT_SOCKET_DIR}/{SOCKET_NAME}"
+            except OSError as exc:
+                logger.warning("%s: reaching %s on its port", exc, name)
         try:
             with engine_errors(f"starting {spec.name} ({spec.key[:19]})"):
                 container = self.client.containers.run(

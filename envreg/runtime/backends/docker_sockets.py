@@ -5,13 +5,13 @@ also on ``agent.sock`` in a folder of this host that is bind-mounted into that c
 (`AGENT_SOCKET_DIR`): a round trip on it skips the bridge (`bench/bench_transport.py`). The folder has to be
 the container's for the socket to be bound (it runs as another user), so nothing in it is trusted until it
 is **sealed**: once the server answers, the folder loses every write permission (only its owner, this
-runtime's user, could give them back), and only then is ``agent.sock`` checked to be a socket, not a link
-(``connect(2)`` would follow one anywhere on the host) nor anything else. A folder that does not pass leaves
-its sandbox on the port.
+runtime's user, could give them back), whatever else the container made in it is removed, and only then is
+``agent.sock`` checked to be a socket, not a link (``connect(2)`` would follow one anywhere on the host) nor
+anything else. A folder that does not pass leaves its sandbox on the port.
 
 The folders live on ``/dev/shm``: what a container writes there is memory charged to its own cgroup, and it
-goes when the container is removed (or, after a crash, by `envreg gc`). Only a runtime running as root
-uses them: a container can make folders in its folder before it is sealed that no other user could empty.
+goes when the folder is sealed or the container removed (or, after a crash, by `envreg gc`). Only a runtime
+running as root uses them: a container can make folders there before the seal that no other user could empty.
 """
 
 from __future__ import annotations
@@ -73,10 +73,18 @@ class SocketFolders:
 
 
 def seal(folder: Path) -> str | None:
-    """Take every write permission from `folder`, then return its socket's path if ``agent.sock`` is a Unix
-    socket (neither a link nor anything else), else None. Once sealed, no name in it can change."""
+    """Take every write permission from `folder` and remove all in it but ``agent.sock`` (what the container
+    made there would otherwise outlive its sandbox in a recycled container); then return the socket's path
+    if it is a Unix socket (neither a link nor anything else), else None. Once sealed, nothing in it can
+    change."""
     try:
         folder.chmod(0o555)
+        for entry in os.scandir(folder):
+            if entry.name != SOCKET_NAME:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
         info = os.lstat(folder / SOCKET_NAME)
     except OSError:
         return None
