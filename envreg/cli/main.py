@@ -46,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("runtime", "Stop sandboxes the daemon leases (their containers or instances are removed)."),
     "gc": (
         "runtime",
-        "Remove envreg containers and networks whose runtime has ended (or whose hard expiry passed).",
+        "Remove envreg containers, networks and socket folders whose runtime has ended (or whose hard expiry passed).",
     ),
     "serve-env": (
         "serve_env",

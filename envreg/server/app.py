@@ -151,9 +151,9 @@ async def serve_async(
     env: Environment | None = None,
     stop: SignalStop | None = None,
 ) -> None:
-    """Serve both planes on `sockets` (agent then control, listening; any after them serve the agent plane
-    too: its Unix socket) until cancelled, or until `stop`
-    catches a signal (both planes then stop at once). Embedded (no `stop`), it leaves signals to its host."""
+    """Serve both planes on `sockets` (agent then control, listening; any after those serve the agent plane
+    too: its Unix socket) until cancelled, or until `stop` catches a signal (both planes then stop at once).
+    Embedded (no `stop`), it leaves signals to its host."""
     import uvicorn
 
     from envreg.http.fastpath import verified

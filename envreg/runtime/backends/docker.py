@@ -134,9 +134,9 @@ class DockerBackend(Backend):
 
     def _shares_folders(self) -> bool:
         """Whether the engine runs on this machine, seeing its folders (not Docker Desktop's VM)."""
-        return self.client.api.base_url == LOCAL_ENGINE and self.client.info().get("OperatingSystem") != (
-            "Docker Desktop"
-        )
+        if self.client.api.base_url != LOCAL_ENGINE:
+            return False
+        return self.client.info().get("OperatingSystem") != "Docker Desktop"
 
     async def _ensure_keeper(self, image: str) -> None:
         """The keeper, then the network: the runtime counts as alive (`envreg gc`) before it owns anything."""
