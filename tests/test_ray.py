@@ -20,6 +20,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -79,13 +80,14 @@ def node_of(rt: Runtime, sandbox) -> str:
 
 
 def leftovers(runtime_ids: list[str]) -> list[str]:
-    """Containers, networks and firewall rules of these engine runtimes that still exist."""
+    """Containers, networks, agent-socket folders and firewall rules of these engine runtimes that still exist."""
     client = docker.from_env()
     left = []
     for runtime_id in runtime_ids:
         label = {"label": f"{RUNTIME_LABEL}={runtime_id}"}
         left += [c.name for c in client.containers.list(all=True, filters=label)]
         left += [n.name for n in client.networks.list(filters=label)]
+        left += [str(p) for p in [Path(f"/dev/shm/envreg-0/{runtime_id}")] if p.exists()]
     rules = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True).stdout
     left += [line for line in rules.splitlines() if any(f"envreg-{r}" in line for r in runtime_ids)]
     return left

@@ -184,13 +184,15 @@ class NodeAgent:
 
 
 def sweep_runtimes(runtime_ids: list[str]) -> list[str]:
-    """On this machine's engine: remove the containers and networks of `runtime_ids` whose keeper no longer
-    runs (never a live runtime's). `envreg gc` does the same for every ended runtime, after a grace period."""
+    """On this machine's engine: remove the containers, networks and socket folders of `runtime_ids` whose
+    keeper no longer runs (never a live runtime's). `envreg gc` does the same for every ended runtime, after a
+    grace period."""
     import docker.errors
 
     from envreg.docker_engine import docker_client
     from envreg.runtime.backends.docker_keeper import Liveness
     from envreg.runtime.backends.docker_network import remove_network
+    from envreg.runtime.backends.docker_sockets import remove, socket_root
 
     client = docker_client()
     removed: list[str] = []
@@ -211,6 +213,9 @@ def sweep_runtimes(runtime_ids: list[str]) -> list[str]:
                 with contextlib.suppress(docker.errors.NotFound):
                     remove_network(network)
                     removed.append(network.name)
+            if (root := socket_root()) is not None and (root / runtime_id).is_dir():
+                remove(root / runtime_id)
+                removed.append(str(root / runtime_id))
     finally:
         client.close()
     return removed
