@@ -1,9 +1,11 @@
 """Gateway overhead per tool call: the fast lane vs the ASGI gateway vs straight to the server, in one run.
 
 One environment server (`envreg serve-env`, the counter of tests/fixtures/counter, agent-plane token
-on, as in a sandbox container) and, in this process's event loop, two gateways routing the same
-sandbox id (the ASGI gateway alone, the path every call took before the lane, and the gateway with
-its fast lane) and a splice that relays bytes without reading them (the floor of any relay process).
+on, as in a sandbox container, its agent plane also on a Unix socket) and, in this process's event loop,
+two gateways routing the same sandbox id (the ASGI gateway alone, the path every call took before the
+lane, and the gateway with its fast lane, reaching the server on its port or on its Unix socket as it
+reaches a sandbox container that has one) and a splice that relays bytes without reading them (the
+floor of any relay process).
 A separate client process makes sequential keep-alive `tools/call` requests on raw sockets; rounds
 alternate the paths so that load on the machine hits all of them alike. "relay CPU" is this process's
 CPU time per call on each path.

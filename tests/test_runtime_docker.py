@@ -249,6 +249,7 @@ async def test_close_removes_the_network_even_with_an_endpoint_left_on_it() -> N
         client.close()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a runtime that is not root reaches containers on their ports")
 async def test_the_gateway_reaches_a_container_on_its_own_sealed_socket() -> None:
     engine = docker.from_env()
     async with Runtime() as rt:
@@ -256,9 +257,7 @@ async def test_the_gateway_reaches_a_container_on_its_own_sealed_socket() -> Non
         second = await rt.sandbox("calendar", isolation="container")
         folders = []
         for sb in (first, second):
-            assert sb.server.agent_socket is not None, (
-                "no agent socket: is this runtime root on a local engine?"
-            )
+            assert sb.server.agent_socket is not None, "no agent socket: is the engine on this machine?"
             folder = Path(sb.server.agent_socket).parent
             attrs = engine.containers.get(sb.server.id).attrs
             assert folder == Path(f"/dev/shm/envreg-0/{rt.id}/{attrs['Config']['Labels']['io.envreg.lease']}")
