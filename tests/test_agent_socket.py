@@ -4,6 +4,7 @@ them is trusted, removed with their container, swept by `envreg gc`)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import socket
@@ -94,7 +95,9 @@ def test_a_stale_socket_is_replaced_but_not_a_live_one_nor_a_file(tmp_path: Path
 
 # socket folders -----------------------------------------------------------------------------------
 @as_root
-def test_the_socket_root_is_refused_when_another_user_could_enter_it(tmp_path: Path) -> None:
+def test_the_socket_root_is_refused_when_another_user_could_enter_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = socket_root(tmp_path)
     assert root == tmp_path / "envreg-0" and stat.S_IMODE(root.stat().st_mode) == 0o700
     root.chmod(0o755)
@@ -106,6 +109,13 @@ def test_the_socket_root_is_refused_when_another_user_could_enter_it(tmp_path: P
     root.unlink()
     root.mkdir(mode=0o700)
     os.chown(root, 1000, 1000)
+    assert socket_root(tmp_path) is None
+    root.rmdir()
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "mkdir", full)  # a /dev/shm that is full: no sockets, and no failed start
     assert socket_root(tmp_path) is None
 
 

@@ -37,9 +37,13 @@ def socket_root(base: Path = SHARED_MEMORY) -> Path | None:
     if os.geteuid() != 0 or not base.is_dir():
         return None
     root = base / f"envreg-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        root.mkdir(mode=0o700)
-    info = os.lstat(root)
+    try:
+        with contextlib.suppress(FileExistsError):
+            root.mkdir(mode=0o700)
+        info = os.lstat(root)
+    except OSError as exc:
+        logger.warning("%s: sandboxes are reached on their ports", exc)
+        return None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         logger.warning(
             "%s is not a folder only this user can enter: sandboxes are reached on their ports", root
