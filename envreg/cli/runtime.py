@@ -579,14 +579,8 @@ def gc(
                 f"kept {k.containers} container(s) and {k.networks} network(s) of runtime {k.runtime}: it ended "
                 f"less than {grace:g} s ago; gc removes them from {when} (`envreg gc --grace 0`: now)"
             )
-        if not (
-            garbage.containers
-            or garbage.networks
-            or garbage.folders
-            or garbage.rules
-            or garbage.kept
-            or garbage.stuck
-        ):
+        g = garbage
+        if not any((g.containers, g.networks, g.folders, g.rules, g.kept, g.stuck)):
             print("nothing to remove")
         elif garbage.containers or garbage.networks:
             err.print(f"{verb} {len(garbage.containers)} container(s) and {len(garbage.networks)} network(s)")

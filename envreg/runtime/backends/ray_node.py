@@ -192,13 +192,13 @@ def sweep_runtimes(runtime_ids: list[str]) -> list[str]:
     from envreg.docker_engine import docker_client
     from envreg.runtime.backends.docker_keeper import Liveness
     from envreg.runtime.backends.docker_network import remove_network
-    from envreg.runtime.backends.docker_sockets import remove, socket_root
+    from envreg.runtime.backends.docker_sockets import collect, socket_root
 
     client = docker_client()
     removed: list[str] = []
     try:
-        alive = Liveness.read(client).alive
-        for runtime_id in sorted(set(runtime_ids) - alive):
+        gone = set(runtime_ids) - Liveness.read(client).alive
+        for runtime_id in sorted(gone):
             label = {"label": f"{RUNTIME_LABEL}={runtime_id}"}
             for container in client.containers.list(all=True, filters=label, ignore_removed=True):
                 try:
@@ -213,9 +213,7 @@ def sweep_runtimes(runtime_ids: list[str]) -> list[str]:
                 with contextlib.suppress(docker.errors.NotFound):
                     remove_network(network)
                     removed.append(network.name)
-            if (root := socket_root()) is not None and (root / runtime_id).is_dir():
-                remove(root / runtime_id)
-                removed.append(str(root / runtime_id))
+        removed += collect(socket_root(), lambda runtime, _: runtime not in gone)
     finally:
         client.close()
     return removed
